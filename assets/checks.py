@@ -1,0 +1,42 @@
+"""Asset checks (Great Expectations suites from `memory_dag.quality`), visible in the UI.
+
+The chunk and embedding checks are blocking: a broken chunk table or a mixed-dimension
+embedding set must not be published into the search index.
+"""
+
+
+import dagster as dg
+
+from assets.ingest import chunk_embeddings, chunks, search_index
+from assets.resources import MemoryStoreResource
+from memory_dag import quality
+
+
+def _result(outcome: quality.CheckOutcome) -> dg.AssetCheckResult:
+    metadata = {key: str(value) for key, value in outcome.details.items()}
+    if outcome.failures:
+        metadata["failures"] = dg.MetadataValue.md(
+            "\n".join(f"- {failure}" for failure in outcome.failures)
+        )
+    return dg.AssetCheckResult(passed=outcome.passed, metadata=metadata)
+
+
+@dg.asset_check(asset=chunks, blocking=True, pool="duckdb")
+def chunks_are_valid(memory: MemoryStoreResource) -> dg.AssetCheckResult:
+    """Unique ids, no empty text, valid line ranges, no rows of deleted files."""
+    return _result(quality.check_chunks(memory.settings()))
+
+
+@dg.asset_check(asset=chunk_embeddings, blocking=True, pool="duckdb")
+def every_chunk_embedded(memory: MemoryStoreResource) -> dg.AssetCheckResult:
+    """Every chunk embedded by the recorded model with the recorded dimensions."""
+    return _result(quality.check_embeddings(memory.settings()))
+
+
+@dg.asset_check(asset=search_index, pool="duckdb")
+def index_matches_embeddings(memory: MemoryStoreResource) -> dg.AssetCheckResult:
+    """The FAISS file's count equals the number of embedded chunks."""
+    return _result(quality.check_search_index(memory.settings()))
+
+
+INGEST_CHECKS = [chunks_are_valid, every_chunk_embedded, index_matches_embeddings]

@@ -1,0 +1,45 @@
+"""Turning a library `StageReport` into Dagster materialization metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+from memory_dag.pipeline import StageReport
+
+
+def _markdown_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "_(no rows)_"
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [str(row[c]).replace("|", "\\|").replace("\n", " ")[:120] for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report_metadata(report: StageReport) -> dict[str, Any]:
+    metadata: dict[str, Any] = {name: dg.MetadataValue.int(v) for name, v in report.counts.items()}
+    metadata["seconds"] = dg.MetadataValue.float(report.seconds)
+    metadata["skipped"] = dg.MetadataValue.bool(report.skipped)
+    if report.notes:
+        metadata["notes"] = dg.MetadataValue.text("\n".join(report.notes))
+    if report.preview:
+        metadata["preview"] = dg.MetadataValue.md(_markdown_table(report.preview))
+    if report.errors:
+        metadata["errors"] = dg.MetadataValue.md(_markdown_table(report.errors[:50]))
+    return metadata
+
+
+def log_report(context: dg.AssetExecutionContext, report: StageReport, *, echo: bool) -> None:
+    context.log.info(report.line())
+    for note in report.notes:
+        context.log.info(note)
+    for error in report.errors[:20]:
+        context.log.warning(f"{error['path']}:{error['line']}: {error['reason']}")
+    if echo:
+        import sys
+
+        print(report.line(), file=sys.stderr, flush=True)

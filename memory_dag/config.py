@@ -1,0 +1,81 @@
+"""Settings for a memory store: where things live and how they are built and searched.
+
+One pydantic model, filled from keyword arguments, then `MEMORY_DAG_*` environment variables,
+then the defaults below. The defaults run fully offline (WordLlama embeddings, no LLM).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+EmbeddingProviderName = Literal["wordllama", "onnx", "openai"]
+
+ENV_PREFIX = "MEMORY_DAG_"
+
+#: Environment variable → settings field. Documented in README "Configuration".
+ENV_FIELDS: dict[str, str] = {
+    "WORKSPACE": "workspace",
+    "DB": "db_path",
+    "INDEX_DIR": "index_dir",
+    "EMBEDDING_PROVIDER": "embedding_provider",
+    "EMBEDDING_MODEL": "embedding_model",
+    "EMBEDDING_BASE_URL": "embedding_base_url",
+    "LLM_BASE_URL": "llm_base_url",
+    "LLM_MODEL": "llm_model",
+    "LLM_API_KEY": "llm_api_key",
+    "LLM_TIMEOUT": "llm_timeout",
+}
+
+
+class Settings(BaseModel):
+    """Everything a run needs to know; safe to log (the API key is excluded from dumps)."""
+
+    workspace: Path = Field(Path("data/workspace"), description="Folder with notes and sessions")
+    db_path: Path = Field(Path("data/memory.duckdb"), description="The DuckDB memory store")
+    index_dir: Path = Field(Path("data/index"), description="FAISS and BM25 index files")
+
+    embedding_provider: EmbeddingProviderName = "wordllama"
+    #: Provider-specific model name: a WordLlama config ("l2_supercat"), an ONNX hub name or
+    #: local folder, or an OpenAI embedding model. Empty means the provider's default.
+    embedding_model: str = ""
+    embedding_base_url: str | None = None
+    embedding_batch_size: int = 512
+
+    chunk_tokens: int = 400
+    chunk_overlap: int = 80
+    #: Turns per transcript chunk. 1 (the default) makes every search hit one turn, which is
+    #: what an agent wants to cite; seed 002 packs turns into 400-token chunks instead.
+    session_chunk_turns: int = 1
+
+    # Hybrid search defaults (seed 002: 0.7 / 0.3, 4x candidates, 6 results, min score 0.35).
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    candidate_multiplier: int = 4
+    max_results: int = 6
+    min_score: float = 0.35
+
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = Field(None, exclude=True, repr=False)
+    llm_timeout: float = 60.0
+
+    @classmethod
+    def load(cls, **overrides: object) -> Settings:
+        """Build settings from env vars, with explicit keyword overrides winning (None = unset)."""
+        values: dict[str, object] = {}
+        for env_name, field in ENV_FIELDS.items():
+            raw = os.environ.get(ENV_PREFIX + env_name)
+            if raw:
+                values[field] = raw
+        if "llm_api_key" not in values and os.environ.get("OPENAI_API_KEY"):
+            values["llm_api_key"] = os.environ["OPENAI_API_KEY"]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)
+
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.llm_base_url or self.llm_api_key) and bool(self.llm_model)

@@ -1,0 +1,192 @@
+"""The published search index: one immutable folder per build, swapped in atomically.
+
+    data/index/
+      CURRENT                  name of the live version folder (replaced with os.replace)
+      v20261122T040501-3f2a/
+        manifest.json          model, dimensions, row count, index type, fingerprint
+        vectors.faiss          FAISS index; FAISS id = row number
+        vectors.npy            the same vectors in row order (scoped exact search, MMR)
+        bm25/                  bm25s index; document number = row number
+        rows.parquet           row number → chunk id, path, lines, ids, snippet
+
+A build writes a hidden temporary folder, renames it into place, then swaps CURRENT. A
+reader therefore always sees a whole version: the last good one if a build crashed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memory_dag.text_index import TextIndex
+from memory_dag.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
+
+FORMAT_VERSION = 1
+KEEP_VERSIONS = 2  # the live one and its predecessor (a reader may still be loading it)
+
+ROW_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("kind", pa.string()),
+        ("source", pa.string()),
+        ("path", pa.string()),
+        ("start_line", pa.int32()),
+        ("end_line", pa.int32()),
+        ("text", pa.string()),
+        ("turn_ids", pa.list_(pa.string())),
+        ("conversation_id", pa.string()),
+        ("session_id", pa.string()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+class IndexNotBuiltError(FileNotFoundError):
+    """No index has been published yet in this folder."""
+
+
+@dataclass
+class PublishedIndex:
+    """A loaded, read-only index version; everything search needs, in memory."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    faiss_index: faiss.Index
+    vectors: np.ndarray
+    text: TextIndex
+    rows: dict[str, list[Any]]
+    rows_by_conversation: dict[str | None, np.ndarray] = field(default_factory=dict)
+    rows_by_session: dict[str | None, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return int(self.manifest["count"])
+
+
+def publish_index(
+    index_dir: Path,
+    rows: pa.Table,
+    vectors: np.ndarray,
+    *,
+    provider: str,
+    model: str,
+    fingerprint: str,
+) -> dict[str, Any]:
+    """Build FAISS + BM25 for `rows`/`vectors`, write a new version, make it current."""
+    if rows.num_rows != len(vectors):
+        raise ValueError(f"{rows.num_rows} rows but {len(vectors)} vectors")
+    rows = rows.select(ROW_SCHEMA.names).cast(ROW_SCHEMA)
+    index_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    name = f"v{stamp}-{uuid.uuid4().hex[:6]}"
+    staging = index_dir / f".tmp-{name}"
+    staging.mkdir()
+    try:
+        dims = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
+        if dims:
+            save_faiss(build_faiss(vectors), staging / "vectors.faiss")
+        np.save(staging / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+        TextIndex.build(rows.column("text").to_pylist()).save(staging / "bm25")
+        pq.write_table(rows, staging / "rows.parquet")
+        manifest = {
+            "format": FORMAT_VERSION,
+            "version": name,
+            "built_at": datetime.now(UTC).isoformat(),
+            "provider": provider,
+            "model": model,
+            "dims": dims,
+            "count": rows.num_rows,
+            "faiss_type": index_type_for(rows.num_rows) if dims else "none",
+            "fingerprint": fingerprint,
+        }
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        staging.rename(index_dir / name)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    pointer = index_dir / f".CURRENT-{uuid.uuid4().hex[:6]}"
+    pointer.write_text(name)
+    os.replace(pointer, index_dir / "CURRENT")
+    _remove_old_versions(index_dir, keep=name)
+    return manifest
+
+
+def _remove_old_versions(index_dir: Path, keep: str) -> None:
+    versions = sorted(p for p in index_dir.iterdir() if p.is_dir() and p.name.startswith("v"))
+    stale = [p for p in versions if p.name != keep][: max(0, len(versions) - KEEP_VERSIONS)]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    for leftover in index_dir.glob(".tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def current_version(index_dir: Path) -> str | None:
+    try:
+        return (index_dir / "CURRENT").read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def read_manifest(index_dir: Path) -> dict[str, Any] | None:
+    name = current_version(index_dir)
+    if name is None:
+        return None
+    return json.loads((index_dir / name / "manifest.json").read_text())
+
+
+def _group_rows(values: list[Any]) -> dict[Any, np.ndarray]:
+    groups: dict[Any, list[int]] = {}
+    for row, value in enumerate(values):
+        groups.setdefault(value, []).append(row)
+    return {key: np.asarray(rows, dtype=np.int64) for key, rows in groups.items()}
+
+
+def load_index(index_dir: Path) -> PublishedIndex:
+    """Load the current version (memory-mapped vectors, BM25 and row table in memory)."""
+    name = current_version(index_dir)
+    if name is None:
+        raise IndexNotBuiltError(f"no search index in {index_dir}: run `memory-dag ingest` first")
+    folder = index_dir / name
+    manifest = json.loads((folder / "manifest.json").read_text())
+    table = pq.read_table(folder / "rows.parquet")
+    rows = {column: table.column(column).to_pylist() for column in table.column_names}
+    faiss_path = folder / "vectors.faiss"
+    faiss_index = load_faiss(faiss_path) if faiss_path.exists() else faiss.IndexFlatIP(1)
+    return PublishedIndex(
+        folder=folder,
+        manifest=manifest,
+        faiss_index=faiss_index,
+        vectors=np.load(folder / "vectors.npy", mmap_mode="r"),
+        text=TextIndex.load(folder / "bm25", table.num_rows),
+        rows=rows,
+        rows_by_conversation=_group_rows(rows["conversation_id"]),
+        rows_by_session=_group_rows(rows["session_id"]),
+    )
+
+
+_cache: dict[Path, PublishedIndex] = {}
+_cache_lock = threading.Lock()
+
+
+def cached_index(index_dir: Path) -> PublishedIndex:
+    """The current version, loaded once per process and reloaded when CURRENT changes."""
+    key = index_dir.resolve()
+    name = current_version(key)
+    with _cache_lock:
+        loaded = _cache.get(key)
+        if loaded is None or loaded.folder.name != name:
+            loaded = load_index(key)
+            _cache[key] = loaded
+        return loaded

@@ -1,0 +1,405 @@
+"""What gets ingested from a workspace folder, and how each file is read.
+
+Layout of a workspace:
+
+- memory notes: `MEMORY.md`, `memory.md` and `memory/**/*.md` (the agent's durable notes);
+- entries: `entries/<conversation_id>/{facts,turns/user,turns/assistant,summaries/L1..L3}/*.md`
+  (the agent-cli layout; `entries/<conversation_id>/deleted/` is ignored);
+- transcripts: `sessions/**/*.jsonl`, one file per session.
+
+Reading never raises for bad content: every problem becomes an `IngestError` with the file and
+line, and every good part of the file is still kept, so one broken line cannot hide a session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+SourceKind = Literal["note", "entry", "transcript"]
+SourceName = Literal["memory", "sessions"]
+
+#: Roles kept from transcripts; system prompts and tool output are not memories of the user.
+KEPT_ROLES = ("user", "assistant")
+
+#: How much of a file is checked for NUL bytes to call it binary.
+BINARY_SNIFF_BYTES = 8192
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One file to ingest. `rel_path` is the stable key; `path` is where the bytes really are."""
+
+    path: Path
+    rel_path: str
+    source: SourceName
+    kind: SourceKind
+
+
+@dataclass(frozen=True, slots=True)
+class IngestError:
+    """A problem found while reading a file; `path` is the workspace-relative path."""
+
+    path: str
+    line: int | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One user or assistant message of a transcript."""
+
+    id: str
+    session_id: str
+    conversation_id: str | None
+    role: str
+    speaker: str | None
+    content: str
+    event_time: datetime | None
+    line: int
+
+
+@dataclass(slots=True)
+class ParsedFile:
+    """Everything read from one file: fingerprint, text, front matter, turns and problems."""
+
+    file: SourceFile
+    hash: str
+    size: int
+    mtime: float
+    text: str | None
+    body_start_line: int = 1
+    front_matter: dict[str, Any] = field(default_factory=dict)
+    turns: list[Turn] = field(default_factory=list)
+    errors: list[IngestError] = field(default_factory=list)
+
+    @property
+    def body(self) -> str:
+        """The Markdown text after the front matter; chunk it with first_line=body_start_line."""
+        if self.text is None:
+            return ""
+        return "\n".join(self.text.split("\n")[self.body_start_line - 1 :])
+
+
+# --- discovery -------------------------------------------------------------------------------
+
+
+def discover_files(workspace: Path) -> list[SourceFile]:
+    """All files to ingest under workspace, sorted by rel_path; [] if the folder does not exist.
+
+    A file reachable under two names (symlink, hard link, or MEMORY.md/memory.md on a
+    case-insensitive filesystem) is kept once, under the first name in this order: MEMORY.md,
+    memory.md, memory/**, entries/**, sessions/** (each sorted).
+    """
+    workspace = Path(workspace)
+    if not workspace.is_dir():
+        return []
+
+    candidates: list[tuple[str, SourceName, SourceKind]] = []
+    for name in ("MEMORY.md", "memory.md"):
+        if (workspace / name).is_file():
+            candidates.append((name, "memory", "note"))
+    for rel_path in _walk(workspace, "memory", ".md"):
+        candidates.append((rel_path, "memory", "note"))
+    for rel_path in _walk(workspace, "entries", ".md"):
+        parts = rel_path.split("/")
+        if len(parts) > 3 and parts[2] == "deleted":  # entries/<cid>/deleted/...
+            continue
+        candidates.append((rel_path, "memory", "entry"))
+    for rel_path in _walk(workspace, "sessions", ".jsonl"):
+        candidates.append((rel_path, "sessions", "transcript"))
+
+    files: list[SourceFile] = []
+    seen: set[tuple[int, int] | str] = set()
+    for rel_path, source, kind in candidates:
+        path = (workspace / rel_path).resolve()
+        identity = _file_identity(path)
+        if identity in seen:
+            continue
+        seen.add(identity)
+        files.append(SourceFile(path=path, rel_path=rel_path, source=source, kind=kind))
+    return sorted(files, key=lambda file: file.rel_path)
+
+
+def _walk(workspace: Path, folder: str, suffix: str) -> Iterator[str]:
+    """Posix paths (relative to workspace) of non-hidden files under folder ending in suffix.
+
+    Symlinked folders are not followed (no loops, no escaping the workspace by accident);
+    symlinked files are listed. Sockets, FIFOs and devices are skipped so reading cannot block.
+    """
+    root = workspace / folder
+    if not root.is_dir():
+        return
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [name for name in dirnames if not name.startswith(".")]
+        for name in filenames:
+            if name.startswith(".") or not name.lower().endswith(suffix):
+                continue
+            full = Path(dirpath) / name
+            if _is_special_file(full):
+                continue
+            found.append(full.relative_to(workspace).as_posix())
+    yield from sorted(found)
+
+
+def _is_special_file(path: Path) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False  # broken symlink: listed, so reading it reports the problem
+    return not stat.S_ISREG(mode)
+
+
+def _file_identity(path: Path) -> tuple[int, int] | str:
+    """(device, inode) so that every alias of one file compares equal; the path if stat fails."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return str(path)
+    return (info.st_dev, info.st_ino)
+
+
+# --- fingerprints ----------------------------------------------------------------------------
+
+
+def file_stat(path: Path) -> tuple[int, float]:
+    """(size in bytes, modification time) used to notice changed files cheaply; raises OSError."""
+    info = os.stat(path)
+    return info.st_size, info.st_mtime
+
+
+def hash_bytes(data: bytes) -> str:
+    """sha256 hex digest: the content fingerprint that decides whether a file is re-ingested."""
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def read_source(file: SourceFile) -> ParsedFile:
+    """Read and parse one file. Never raises for bad content; problems land in `errors`."""
+    try:
+        with open(file.path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            data = handle.read()
+    except OSError as exc:
+        reason = f"cannot read file: {exc.strerror or exc}"
+        return ParsedFile(
+            file=file,
+            hash="",
+            size=0,
+            mtime=0.0,
+            text=None,
+            errors=[IngestError(file.rel_path, None, reason)],
+        )
+
+    parsed = ParsedFile(
+        file=file, hash=hash_bytes(data), size=len(data), mtime=info.st_mtime, text=None
+    )
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+        parsed.errors.append(IngestError(file.rel_path, None, "binary file"))
+        return parsed
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        reason = f"not valid UTF-8 at byte {exc.start}"
+        parsed.errors.append(IngestError(file.rel_path, None, reason))
+        return parsed
+
+    # One line convention everywhere, so line numbers match what editors show.
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    parsed.text = text
+    if not text.strip():
+        parsed.errors.append(IngestError(file.rel_path, None, "empty file"))
+        return parsed
+
+    if file.kind == "transcript":
+        _parse_transcript(parsed)
+    else:
+        _parse_front_matter(parsed)
+        if file.kind == "entry" and "conversation_id" not in parsed.front_matter:
+            conversation_id = _entry_conversation_id(file.rel_path)
+            if conversation_id is not None:
+                parsed.front_matter["conversation_id"] = conversation_id
+    return parsed
+
+
+def _entry_conversation_id(rel_path: str) -> str | None:
+    """`entries/<conversation_id>/...` → conversation_id; None for a file directly in entries/."""
+    parts = rel_path.split("/")
+    return parts[1] if len(parts) >= 3 else None
+
+
+def _parse_front_matter(parsed: ParsedFile) -> None:
+    """Fill front_matter and body_start_line from a leading `---` ... `---` YAML block."""
+    assert parsed.text is not None
+    lines = parsed.text.split("\n")
+    if lines[0].rstrip() != "---":
+        return
+    closing = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
+    path = parsed.file.rel_path
+    if closing is None:
+        parsed.errors.append(IngestError(path, 1, "front matter opened with --- is never closed"))
+        return
+
+    parsed.body_start_line = closing + 2  # 1-based line after the closing ---
+    try:
+        data = yaml.safe_load("\n".join(lines[1:closing]))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 2 if mark is not None else 1  # YAML starts on file line 2
+        problem = getattr(exc, "problem", None) or "syntax error"
+        parsed.errors.append(IngestError(path, line, f"invalid YAML front matter: {problem}"))
+        return
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        reason = f"front matter is a {type(data).__name__}, not a mapping"
+        parsed.errors.append(IngestError(path, 1, reason))
+        return
+    parsed.front_matter = {str(key): value for key, value in data.items()}
+
+
+def _parse_transcript(parsed: ParsedFile) -> None:
+    """Turn every usable JSONL line into a Turn; record one error per malformed line."""
+    assert parsed.text is not None
+    rel_path = parsed.file.rel_path
+    session_id = Path(rel_path).stem
+    folders = rel_path.split("/")[1:-1]  # between sessions/ and the file name
+    conversation_id = "/".join(folders) or None
+
+    for number, raw in enumerate(parsed.text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            reason = f"invalid JSON: {exc.msg} at column {exc.colno}"
+            parsed.errors.append(IngestError(rel_path, number, reason))
+            continue
+        if not isinstance(record, dict):
+            reason = f"line is a JSON {type(record).__name__}, not an object"
+            parsed.errors.append(IngestError(rel_path, number, reason))
+            continue
+        try:
+            turn, problem = _turn_from_record(record, session_id, conversation_id, number)
+        except ValueError as exc:
+            parsed.errors.append(IngestError(rel_path, number, str(exc)))
+            continue
+        if problem is not None:
+            parsed.errors.append(IngestError(rel_path, number, problem))
+        if turn is not None:
+            parsed.turns.append(turn)
+
+
+def _turn_from_record(
+    record: dict[str, Any], session_id: str, conversation_id: str | None, line: int
+) -> tuple[Turn | None, str | None]:
+    """(turn, problem) from one JSONL object; turn is None for lines that are silently skipped.
+
+    `problem` is a non-fatal issue (the turn is still kept). Raises ValueError with the reason
+    for lines that should be messages but are malformed.
+    Accepts `{"type": "message", "message": {...}}` and flat `{"role": ..., "content": ...}`;
+    fields may sit inside the nested message or beside it (the nested one wins).
+    """
+    kind = record.get("type")
+    if kind is not None and kind != "message":
+        return None, None  # session headers, tool calls, ...
+    message = record.get("message")
+    fields = {**record, **message} if isinstance(message, dict) else record
+
+    role = fields.get("role")
+    if role is None:
+        raise ValueError("missing 'role'")
+    if not isinstance(role, str):
+        raise ValueError(f"'role' must be a string, got {type(role).__name__}")
+    role = role.strip().lower()
+    if role not in KEPT_ROLES:
+        return None, None
+    if "content" not in fields:
+        raise ValueError("missing 'content'")
+    content = _WHITESPACE.sub(" ", _content_text(fields["content"])).strip()
+    if not content:
+        return None, None
+
+    event_time: datetime | None = None
+    problem: str | None = None
+    created_at = fields.get("created_at")
+    if created_at is not None:
+        event_time = parse_event_time(created_at)
+        if event_time is None:
+            problem = f"unparseable created_at {created_at!r}; turn kept without a time"
+
+    turn_id = fields.get("id")
+    name = fields.get("name")
+    speaker = name.strip() if isinstance(name, str) and name.strip() else None
+    turn = Turn(
+        id=str(turn_id) if turn_id not in (None, "") else f"{session_id}:{line}",
+        session_id=session_id,
+        conversation_id=conversation_id,
+        role=role,
+        speaker=speaker,
+        content=content,
+        event_time=event_time,
+        line=line,
+    )
+    return turn, problem
+
+
+def _content_text(content: Any) -> str:
+    """Text of a message content: a string, or the text parts of a list (images etc. ignored)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+            ):
+                texts.append(part["text"])
+        return " ".join(texts)
+    raise ValueError(f"'content' must be a string or a list of parts, got {type(content).__name__}")
+
+
+def parse_event_time(value: Any) -> datetime | None:
+    """A tz-aware UTC datetime from an ISO 8601 string or epoch seconds; None if unparseable.
+
+    Naive times are taken as UTC (transcripts rarely say, and UTC keeps ordering stable).
+    """
+    try:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int | float):
+            return datetime.fromtimestamp(value, tz=UTC)
+        if isinstance(value, str):
+            moment = datetime.fromisoformat(value.strip())
+            if moment.tzinfo is None:
+                return moment.replace(tzinfo=UTC)
+            return moment.astimezone(UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+    return None
+
+
+def render_turn(turn: Turn) -> str:
+    """The one-line text of a turn used for chunking and search: `Speaker: content`."""
+    return f"{turn.speaker or turn.role.capitalize()}: {turn.content}"

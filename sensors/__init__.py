@@ -1,0 +1,1 @@
+"""Sensors replace file watchers."""
