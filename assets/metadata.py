@@ -29,7 +29,7 @@ def report_metadata(report: StageReport) -> dict[str, Any]:
     if report.preview:
         metadata["preview"] = dg.MetadataValue.md(_markdown_table(report.preview))
     if report.errors:
-        metadata["errors"] = dg.MetadataValue.md(_markdown_table(report.errors[:50]))
+        metadata["error_details"] = dg.MetadataValue.md(_markdown_table(report.errors[:50]))
     return metadata
 
 

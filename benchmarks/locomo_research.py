@@ -17,8 +17,21 @@ Evidence normalisation (documented):
     KEPT and count as missed;
   * questions left with no evidence at all (2 open-domain questions in conv 26) are skipped.
 
-The final method is `rank_turns(query, index)`; see FINAL below and the module docstring of
-`build_index` for every step.
+FINAL method (`build_index` + `rank_turns`, parameters = `Params()` defaults):
+  index time, per turn i (sessions are contiguous runs of turns):
+    own_i  = text [+ " [shares <blip_caption>]"] [+ " [<img query>]"], with every participant
+             name removed (regex \bName('s)?\b, case-insensitive)
+    ctx_i  = previous turn of the SAME session (text + caption, names removed), else ""
+    dense  = WordLlama(ctx_i + " " + own_i), L2-normalised
+    bm25   = bm25s lucene k1=1.2 b=0.3, English stopwords, PyStemmer english, over
+             "[8 May 2023] " + ctx_i + " " + own_i
+  query time:
+    named  = participants whose name occurs in the query; q' = query with names removed
+    s      = z(BM25(q')) + 1.0 * z(cos(WordLlama(q'), dense))        z = (x-mean)/std over turns
+    s     += 0.35 * max(s[i-1], s[i+1])   (neighbours in the same session only, else 0)
+    s     += 0.5  * z(best s of the turn's session)[session(i)]      (z over sessions)
+    s     += 5.0  if exactly one participant is named and turn i was spoken by them
+    return argsort(-s)  (argpartition for top-k)
 """
 from __future__ import annotations
 
@@ -138,9 +151,9 @@ class Params:
     w_bm25: float = 1.0             # weight of z(BM25)
     w_dense: float = 1.0            # weight of z(cosine)
     fusion: str = "z"               # "z" (z-score blend), "minmax", "rrf"
-    w_speaker: float = 2.0          # + w if the turn's speaker is the one participant named
-    beta_nb: float = 0.0            # + beta * max(fused score of prev/next turn)
-    alpha_sess: float = 0.0         # + alpha * z(session score), session = mean of its top-3 turns
+    w_speaker: float = 5.0          # + w if the turn's speaker is the one participant named
+    beta_nb: float = 0.35           # + beta * max(fused score of prev/next turn, same session)
+    alpha_sess: float = 0.5         # + alpha * z(session score), session score = its best turn
     prf_docs: int = 0               # RM3-style PRF: #top turns used (0 = off)
     prf_terms: int = 10
     prf_weight: float = 0.5
@@ -280,7 +293,9 @@ def combine(comp: dict, index: TurnIndex, p: Params) -> np.ndarray:
     bm, cos = comp["bm"], comp["cos"]
     s = _fuse(bm, cos, p)
     if p.prf_docs or p.dense_prf:
-        top = np.argsort(-s, kind="stable")[: max(p.prf_docs, 5)]
+        m = max(p.prf_docs, 5)
+        top = np.argpartition(-s, m)[:m]
+        top = top[np.argsort(-s[top], kind="stable")]
         if p.prf_docs:
             # RM3-ish: term distribution of the top turns weighted by their (softmaxed) score
             w = np.exp(s[top[: p.prf_docs]] - s[top[0]])
@@ -312,8 +327,10 @@ def combine(comp: dict, index: TurnIndex, p: Params) -> np.ndarray:
 def rank_turns(query: str, index: TurnIndex, k: int | None = None, qvec=None) -> list[int]:
     """Turn indices, best first."""
     s = combine(score_components(query, index, qvec), index, index.params)
-    order = np.argsort(-s, kind="stable")
-    return order[:k].tolist() if k else order.tolist()
+    if k and k < len(s):
+        top = np.argpartition(-s, k)[:k]                  # O(n) instead of a full sort
+        return top[np.argsort(-s[top], kind="stable")].tolist()
+    return np.argsort(-s, kind="stable").tolist()
 
 
 FINAL = Params()
@@ -378,7 +395,8 @@ def header():
 
 
 BASE = Params(speaker_in_text=True, strip_names=False, caption=False, img_query=False,
-              date_bm25=False, prev_ctx=False, k1=1.5, b=0.75, w_dense=0.0, w_speaker=0.0)
+              date_bm25=False, prev_ctx=False, k1=1.5, b=0.75, w_dense=0.0, w_speaker=0.0,
+              beta_nb=0.0, alpha_sess=0.0)
 
 
 def ablation(ev: Evaluator):
@@ -408,9 +426,11 @@ def ablation(ev: Evaluator):
         ("  same with RRF fusion (+spk 0.01)", replace(enr, speaker_in_text=False, strip_names=True, w_dense=1.0, w_speaker=0.01, fusion="rrf")),
         ("  same with min-max fusion (+spk 0.3)", replace(enr, speaker_in_text=False, strip_names=True, w_dense=1.0, w_speaker=0.3, fusion="minmax")),
         ("  + score propagation beta .35 (no ctx)", replace(enr, speaker_in_text=False, strip_names=True, w_dense=1.0, w_speaker=2.0, beta_nb=0.35)),
-        ("FINAL: + prev-turn doc expansion", fin),
+        ("  + prev-turn doc expansion (no prop)", replace(fin, beta_nb=0.0, alpha_sess=0.0, w_speaker=2.0)),
+        ("  + propagation .35 + session prior .5", replace(fin, w_speaker=2.0)),
+        ("FINAL: ... with speaker prior 5", fin),
         # --- leave-one-out from FINAL ---
-        ("FINAL - prev ctx + prev&next ctx", replace(fin, next_ctx=True)),
+        ("FINAL - prev ctx", replace(fin, prev_ctx=False)),
         ("FINAL - speaker prior", replace(fin, w_speaker=0.0)),
         ("FINAL - name stripping", replace(fin, strip_names=False)),
         ("FINAL - caption", replace(fin, caption=False)),
@@ -421,17 +441,92 @@ def ablation(ev: Evaluator):
         ("FINAL with k1 1.5 b 0.75", replace(fin, k1=1.5, b=0.75)),
         ("FINAL with RRF fusion", replace(fin, fusion="rrf", w_speaker=0.01)),
         # --- additions on top of FINAL ---
-        ("FINAL + propagation beta .2", replace(fin, beta_nb=0.2)),
-        ("FINAL + session prior alpha .3", replace(fin, alpha_sess=0.3)),
+        ("FINAL - propagation", replace(fin, beta_nb=0.0)),
+        ("FINAL - session prior", replace(fin, alpha_sess=0.0)),
+        ("FINAL with speaker prior 2", replace(fin, w_speaker=2.0)),
+        ("FINAL with speaker prior 10 (=hard filter)", replace(fin, w_speaker=10.0)),
         ("FINAL + RM3 PRF (5 docs, 10 terms, .5)", replace(fin, prf_docs=5)),
         ("FINAL + dense Rocchio .5", replace(fin, dense_prf=0.5)),
+        ("FINAL + next-turn ctx too", replace(fin, next_ctx=True)),
     ]
     return variants
+
+
+GRID = dict(b=(0.3, 0.75), w_dense=(0.5, 1.0, 1.5), w_speaker=(1.0, 2.0, 3.0, 5.0, 10.0),
+            beta_nb=(0.0, 0.2, 0.35, 0.5), alpha_sess=(0.0, 0.3, 0.5, 0.8))
+
+
+def objective(R):
+    return R[:, 1].mean() + R[:, 2].mean()          # R@5 + R@10
+
+
+def cross_validate(ev: Evaluator):
+    """Tune the 5 GRID parameters on some conversations, test on the others."""
+    combos = [dict(zip(GRID, v)) for v in itertools.product(*GRID.values())]
+    n = len(ev.convs)
+    # per-conversation recall rows for every combo (computed once)
+    rows = {}
+    for i, cmb in enumerate(combos):
+        p = replace(FINAL, **cmb)
+        for ci in range(n):
+            rows[i, ci] = ev.rows(p, [ci])
+    def agg(i, cis):
+        R = np.concatenate([rows[i, ci][0] for ci in cis]); C = np.concatenate([rows[i, ci][1] for ci in cis])
+        return R, C
+    fin_i = next(i for i, c in enumerate(combos) if replace(FINAL, **c) == FINAL)
+    half = (n + 1) // 2
+    splits = [("2-fold A->B", list(range(half)), list(range(half, n))),
+              ("2-fold B->A", list(range(half, n)), list(range(half)))]
+    splits += [(f"LOCO test {ev.convs[t]['name']}", [c for c in range(n) if c != t], [t]) for t in range(n)]
+    print(f"grid: {GRID}  ({len(combos)} combos), objective R@5+R@10")
+    print(f"{'split':26s} {'chosen params':58s} {'test R@5':>8s} {'R@10':>6s} | FINAL on test R@5 R@10 | best-on-test R@10")
+    pooled_R, pooled_C = [], []
+    for name, tr, te in splits:
+        best = max(range(len(combos)), key=lambda i: objective(agg(i, tr)[0]))
+        Rt, Ct = agg(best, te)
+        Rf, _ = agg(fin_i, te)
+        oracle = max(agg(i, te)[0][:, 2].mean() for i in range(len(combos)))
+        cp = ",".join(f"{k}={v}" for k, v in combos[best].items())
+        print(f"{name:26s} {cp:58s} {Rt[:, 1].mean():8.3f} {Rt[:, 2].mean():6.3f} | {Rf[:, 1].mean():8.3f} {Rf[:, 2].mean():6.3f}"
+              f"      | {oracle:6.3f}")
+        if name.startswith("LOCO"):
+            pooled_R.append(Rt); pooled_C.append(Ct)
+    R, C = np.concatenate(pooled_R), np.concatenate(pooled_C)
+    print(fmt_row("LOCO pooled (tuned on the other 4)", R, C))
+    best_all = max(range(len(combos)), key=lambda i: objective(agg(i, range(n))[0]))
+    print("best combo on all dev convs:", combos[best_all], "R@5 %.3f R@10 %.3f" % tuple(agg(best_all, range(n))[0][:, 1:3].mean(0)))
+
+
+def timing(convs, n_target=100_000, n_queries=200):
+    """Query cost on a synthetic 100k-turn index (dev turns replicated, sessions renumbered)."""
+    base = [{**t, "session": 100 * ci + t["session"]} for ci, c in enumerate(convs) for t in c["turns"]]
+    reps = n_target // len(base) + 1
+    turns = [{**t, "session": 10_000 * r + t["session"]} for r in range(reps) for t in base]
+    turns = turns[:n_target]
+    speakers = sorted({t["speaker"] for t in turns})
+    t0 = time.time()
+    idx = build_index(turns, speakers, FINAL)
+    t_build = time.time() - t0
+    qs = [q["q"] for c in convs for q in c["qs"]][:n_queries]
+    rank_turns(qs[0], idx, k=10)
+    t0 = time.time()
+    for q in qs:
+        rank_turns(q, idx, k=10)
+    dt = (time.time() - t0) / len(qs)
+    # breakdown
+    t0 = time.time(); comps = [score_components(q, idx) for q in qs]; t_comp = (time.time() - t0) / len(qs)
+    t0 = time.time(); [combine(c, idx, FINAL) for c in comps]; t_comb = (time.time() - t0) / len(qs)
+    print(f"synthetic index: {len(turns)} turns, build {t_build:.1f}s (incl. embedding)")
+    print(f"rank_turns: {dt * 1000:.1f} ms/query  (BM25+embed+cosine {t_comp * 1000:.1f} ms, fusion/prop/session/speaker {t_comb * 1000:.1f} ms, rest = top-k)")
+    for name, p in [("+ RM3 PRF", replace(FINAL, prf_docs=5)), ("+ dense Rocchio", replace(FINAL, dense_prf=0.5))]:
+        t0 = time.time(); [combine(c, idx, p) for c in comps[:50]]; print(f"  {name}: +{(time.time() - t0) / 50 * 1000 - t_comb * 1000:.1f} ms/query")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="/work/shared/datasets/locomo-dev")
+    ap.add_argument("--no-cv", action="store_true")
+    ap.add_argument("--no-timing", action="store_true")
     args = ap.parse_args()
     t0 = time.time()
     convs = load_conversations(args.data)
@@ -442,7 +537,15 @@ def main():
     for name, p in ablation(ev):
         R, C = ev.rows(p)
         print(fmt_row(name, R, C), flush=True)
-    print(f"[{time.time() - t0:.0f}s]")
+    print(f"[{time.time() - t0:.0f}s]\n")
+    if not args.no_cv:
+        print("== cross-validation ==")
+        cross_validate(ev)
+        print(f"[{time.time() - t0:.0f}s]\n")
+    if not args.no_timing:
+        print("== query-time cost ==")
+        timing(convs)
+        print(f"[{time.time() - t0:.0f}s]")
 
 
 if __name__ == "__main__":

@@ -51,12 +51,22 @@ class Settings(BaseModel):
     #: what an agent wants to cite; seed 002 packs turns into 400-token chunks instead.
     session_chunk_turns: int = 1
 
-    # Hybrid search defaults (seed 002: 0.7 / 0.3, 4x candidates, 6 results, min score 0.35).
-    vector_weight: float = 0.7
-    text_weight: float = 0.3
+    # Hybrid search (docs/retrieval.md). Seed 002 blends 0.7·vector + 0.3·text; on LoCoMo
+    # standardised (z-score) fusion with equal weights and the context boosts below ranks
+    # far better, so that is the default and the seed's blend remains an option.
+    fusion: Literal["zscore", "blend", "rrf"] = "zscore"
+    vector_weight: float = 0.5
+    text_weight: float = 0.5
     candidate_multiplier: int = 4
     max_results: int = 6
     min_score: float = 0.35
+    #: Strip participants' names from transcript text and queries; boost the named speaker.
+    speaker_aware: bool = True
+    speaker_boost: float = 5.0
+    #: + boost × the best score of the chunk before / after in the same file.
+    neighbour_boost: float = 0.35
+    #: + boost × the standardised best score of the chunk's session (file).
+    session_boost: float = 0.5
 
     llm_base_url: str | None = None
     llm_model: str | None = None

@@ -147,7 +147,10 @@ class OnnxProvider:
     name = "onnx"
 
     def __init__(
-        self, model: str | Path = "", max_length: int = ONNX_MAX_LENGTH, batch_size: int = ONNX_BATCH
+        self,
+        model: str | Path = "",
+        max_length: int = ONNX_MAX_LENGTH,
+        batch_size: int = ONNX_BATCH,
     ) -> None:
         self.model = str(model) or DEFAULT_ONNX_MODEL
         self.max_length = max_length
@@ -270,9 +273,7 @@ class OpenAIEmbeddingProvider:
             ) from exc
         data = sorted(response.data, key=lambda item: item.index)
         if [item.index for item in data] != list(range(len(batch))):
-            raise EmbeddingError(
-                f"{where} returned {len(data)} embeddings for {len(batch)} inputs"
-            )
+            raise EmbeddingError(f"{where} returned {len(data)} embeddings for {len(batch)} inputs")
         vectors = np.array([item.embedding for item in data], dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] == 0:
             raise EmbeddingError(f"{where} returned embeddings of shape {vectors.shape}")

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memory_dag.search_text import bm25_document
 from memory_dag.text_index import TextIndex
 from memory_dag.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
 
@@ -45,6 +46,8 @@ ROW_SCHEMA = pa.schema(
         ("start_line", pa.int32()),
         ("end_line", pa.int32()),
         ("text", pa.string()),
+        ("search_text", pa.string()),
+        ("speaker", pa.string()),
         ("turn_ids", pa.list_(pa.string())),
         ("conversation_id", pa.string()),
         ("session_id", pa.string()),
@@ -69,6 +72,13 @@ class PublishedIndex:
     rows: dict[str, list[Any]]
     rows_by_conversation: dict[str | None, np.ndarray] = field(default_factory=dict)
     rows_by_session: dict[str | None, np.ndarray] = field(default_factory=dict)
+    #: Row number of the previous / next chunk of the same file (-1 at either end).
+    prev_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    next_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: Small integer per file path (sessions are files) and per lower-cased speaker (-1: none).
+    path_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    speaker_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    speakers: list[str] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -98,7 +108,16 @@ def publish_index(
         if dims:
             save_faiss(build_faiss(vectors), staging / "vectors.faiss")
         np.save(staging / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
-        TextIndex.build(rows.column("text").to_pylist()).save(staging / "bm25")
+        documents = [
+            bm25_document(text, when, kind)
+            for text, when, kind in zip(
+                rows.column("search_text").to_pylist(),
+                rows.column("event_time").to_pylist(),
+                rows.column("kind").to_pylist(),
+                strict=True,
+            )
+        ]
+        TextIndex.build(documents).save(staging / "bm25")
         pq.write_table(rows, staging / "rows.parquet")
         manifest = {
             "format": FORMAT_VERSION,
@@ -164,6 +183,18 @@ def load_index(index_dir: Path) -> PublishedIndex:
     rows = {column: table.column(column).to_pylist() for column in table.column_names}
     faiss_path = folder / "vectors.faiss"
     faiss_index = load_faiss(faiss_path) if faiss_path.exists() else faiss.IndexFlatIP(1)
+    path_code = _codes(rows["path"])
+    same_as_previous = np.zeros(len(path_code), dtype=bool)
+    same_as_previous[1:] = path_code[1:] == path_code[:-1]
+    positions = np.arange(len(path_code))
+    prev_row = np.where(same_as_previous, positions - 1, -1)
+    next_row = np.full(len(path_code), -1)
+    next_row[:-1] = np.where(same_as_previous[1:], positions[1:], -1)
+    speakers = sorted({s.lower() for s in rows["speaker"] if s})
+    speaker_index = {name: i for i, name in enumerate(speakers)}
+    speaker_code = np.asarray(
+        [speaker_index[s.lower()] if s else -1 for s in rows["speaker"]], dtype=np.int64
+    )
     return PublishedIndex(
         folder=folder,
         manifest=manifest,
@@ -173,7 +204,18 @@ def load_index(index_dir: Path) -> PublishedIndex:
         rows=rows,
         rows_by_conversation=_group_rows(rows["conversation_id"]),
         rows_by_session=_group_rows(rows["session_id"]),
+        prev_row=prev_row,
+        next_row=next_row,
+        path_code=path_code,
+        speaker_code=speaker_code,
+        speakers=speakers,
     )
+
+
+def _codes(values: list[Any]) -> np.ndarray:
+    """Dense integer codes of `values` (equal values, equal codes)."""
+    seen: dict[Any, int] = {}
+    return np.asarray([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
 
 
 _cache: dict[Path, PublishedIndex] = {}

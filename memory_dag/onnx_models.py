@@ -66,9 +66,8 @@ class OnnxModelError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """Where a model's graph and tokenizer live once resolved."""
+    """Where a model's graph and tokenizer live once resolved (configs sit by the tokenizer)."""
 
-    folder: Path
     graph: Path
     tokenizer: Path
 
@@ -82,7 +81,7 @@ def resolve_model_files(model: str | Path) -> ModelFiles:
     if path.is_file():
         if path.suffix != ".onnx":
             raise OnnxModelError(f"{path} is a file but not an .onnx graph")
-        return ModelFiles(folder=path.parent, graph=path, tokenizer=_find_tokenizer(path))
+        return ModelFiles(graph=path, tokenizer=_find_tokenizer(path))
     if path.is_dir():
         return _files_in_folder(path)
     if isinstance(model, Path) or not _HUB_NAME.match(text):
@@ -116,7 +115,7 @@ def download_from_hub(name: str) -> Path:
             else ""
         )
         raise OnnxModelError(
-            f"could not get {name!r} from the Hugging Face Hub: {exc}.{hint} "
+            f"could not get {name!r} from the Hugging Face Hub ({exc}).{hint} "
             "Download it once with network access, or pass a local folder."
         ) from exc
     return Path(str(folder))
@@ -128,7 +127,7 @@ def _files_in_folder(folder: Path) -> ModelFiles:
         raise OnnxModelError(
             f"no ONNX graph in {folder}: expected one of {', '.join(ONNX_CANDIDATES)}"
         )
-    return ModelFiles(folder=folder, graph=graph, tokenizer=_find_tokenizer(graph))
+    return ModelFiles(graph=graph, tokenizer=_find_tokenizer(graph))
 
 
 def _find_tokenizer(graph: Path) -> Path:
@@ -227,7 +226,7 @@ class OnnxModel:
 
     def __init__(self, model: str | Path, max_length: int, batch_size: int = 32) -> None:
         self.files = resolve_model_files(model)
-        limit = model_max_length(self.files.folder)
+        limit = model_max_length(self.files.tokenizer.parent)
         self.max_length = min(max_length, limit) if limit else max_length
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(self.files.tokenizer, self.max_length)

@@ -21,6 +21,7 @@ from memory_dag.chunking import Chunk, chunk_lines, chunk_turns
 from memory_dag.config import Settings
 from memory_dag.embeddings import get_provider
 from memory_dag.index_files import publish_index, read_manifest
+from memory_dag.search_text import participant_names, strip_names, transcript_search_text
 from memory_dag.sources import (
     IngestError,
     ParsedFile,
@@ -29,6 +30,7 @@ from memory_dag.sources import (
     discover_files,
     file_stat,
     read_source,
+    render_turn,
 )
 from memory_dag.store import fetch_dicts, get_meta, insert_arrow, load_fts, open_store, set_meta
 
@@ -162,9 +164,7 @@ def _delete_file_rows(con: Any, paths: list[str]) -> None:
     con.execute("CREATE OR REPLACE TEMP TABLE _gone AS SELECT unnest(?::TEXT[]) AS path", [paths])
     for table in ("notes", "chunks", "ingest_errors", "files"):
         con.execute(f"DELETE FROM {table} WHERE path IN (SELECT path FROM _gone)")
-    con.execute(
-        "DELETE FROM memories WHERE kind = 'episode' AND path IN (SELECT path FROM _gone)"
-    )
+    con.execute("DELETE FROM memories WHERE kind = 'episode' AND path IN (SELECT path FROM _gone)")
     con.execute("DROP TABLE _gone")
 
 
@@ -367,7 +367,7 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
                     overlap=settings.chunk_overlap,
                     max_turns=settings.session_chunk_turns,
                 )
-                times = {t.id: t.event_time for t in file_turns}
+                views = _transcript_views(file_turns, chunks)
             else:
                 note = notes.get(path)
                 chunks = (
@@ -380,10 +380,10 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
                     if note
                     else []
                 )
-                times = {}
-            created = notes.get(path, {}).get("created_at")
-            for number, chunk in enumerate(chunks):
-                rows.append(_chunk_row(file, number, chunk, times, created, now))
+                created = note["created_at"] if note else None
+                views = [(chunk.text, None, created) for chunk in chunks]
+            for number, (chunk, view) in enumerate(zip(chunks, views, strict=True)):
+                rows.append(_chunk_row(file, number, chunk, view, now))
         con.execute("BEGIN TRANSACTION")
         try:
             if pending:
@@ -427,9 +427,17 @@ def _turns_by_path(con: Any, paths: list[str]) -> dict[str, list[Turn]]:
         "ORDER BY path, line",
         [paths],
     )
-    for path, turn_id, session, conversation, role, speaker, content, when, line in (
-        cursor.fetchall()
-    ):
+    for (
+        path,
+        turn_id,
+        session,
+        conversation,
+        role,
+        speaker,
+        content,
+        when,
+        line,
+    ) in cursor.fetchall():
         out.setdefault(path, []).append(
             Turn(
                 id=turn_id,
@@ -445,15 +453,41 @@ def _turns_by_path(con: Any, paths: list[str]) -> dict[str, list[Turn]]:
     return out
 
 
+ChunkView = tuple[str, str | None, datetime | None]  # search text, speaker, event time
+
+
+def _transcript_views(turns: list[Turn], chunks: list[Chunk]) -> list[ChunkView]:
+    """Search text, speaker and time of each transcript chunk (see `search_text.py`)."""
+    names = participant_names(t.speaker for t in turns)
+    position = {turn.id: i for i, turn in enumerate(turns)}
+    labels = {render_turn(t).split(": ", 1)[0] for t in turns}
+    views: list[ChunkView] = []
+    for chunk in chunks:
+        held = [turns[position[t]] for t in chunk.turn_ids if t in position]
+        first = position.get(chunk.turn_ids[0]) if chunk.turn_ids else None
+        previous = turns[first - 1] if first else None
+        if len(held) == 1 and render_turn(held[0]) == chunk.text:
+            search = transcript_search_text(held[0], previous, names)
+        else:  # several turns, or a piece of a long one: drop the "Speaker: " labels
+            body = "\n".join(_without_label(line, labels) for line in chunk.text.split("\n"))
+            context = previous.content + " " if previous is not None else ""
+            search = strip_names(context + body, names)
+        speakers = {t.speaker for t in held}
+        speaker = held[0].speaker if len(speakers) == 1 and held else None
+        event_time = next((t.event_time for t in held if t.event_time), None)
+        views.append((search, speaker, event_time))
+    return views
+
+
+def _without_label(line: str, labels: set[str]) -> str:
+    label, sep, rest = line.partition(": ")
+    return rest if sep and label in labels else line
+
+
 def _chunk_row(
-    file: dict[str, Any],
-    number: int,
-    chunk: Chunk,
-    times: dict[str, datetime | None],
-    created: datetime | None,
-    now: datetime,
+    file: dict[str, Any], number: int, chunk: Chunk, view: ChunkView, now: datetime
 ) -> dict[str, Any]:
-    event_time = next((times[t] for t in chunk.turn_ids if times.get(t)), None) or created
+    search, speaker, event_time = view
     return {
         "id": "ch_" + _digest(file["path"], file["hash"], str(number))[:20],
         "path": file["path"],
@@ -461,8 +495,10 @@ def _chunk_row(
         "kind": file["kind"],
         "start_line": chunk.start_line,
         "end_line": chunk.end_line,
-        "hash": text_hash(chunk.text),
+        "hash": text_hash(search),
         "text": chunk.text,
+        "search_text": search,
+        "speaker": speaker,
         "tokens": chunk.tokens,
         "turn_ids": chunk.turn_ids,
         "conversation_id": file["conversation_id"],
@@ -482,6 +518,8 @@ _CHUNK_SCHEMA = pa.schema(
         ("end_line", pa.int32()),
         ("hash", pa.string()),
         ("text", pa.string()),
+        ("search_text", pa.string()),
+        ("speaker", pa.string()),
         ("tokens", pa.int32()),
         ("turn_ids", pa.list_(pa.string())),
         ("conversation_id", pa.string()),
@@ -510,7 +548,7 @@ def embed_chunks(settings: Settings, *, progress: bool = False) -> StageReport:
             previous = (get_meta(con, "embedding_provider"), get_meta(con, "embedding_model"))
             missing = con.execute(
                 """
-                SELECT DISTINCT c.hash, c.text FROM chunks c
+                SELECT DISTINCT c.hash, c.search_text FROM chunks c
                 WHERE NOT EXISTS (
                     SELECT 1 FROM embedding_cache e
                     WHERE e.provider = ? AND e.model = ? AND e.hash = c.hash)
@@ -587,7 +625,8 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
             table = con.execute(
                 """
                 SELECT c.id, c.kind, c.source, c.path, c.start_line, c.end_line, c.text,
-                       c.turn_ids, c.conversation_id, c.session_id, c.event_time, e.embedding
+                       c.search_text, c.speaker, c.turn_ids, c.conversation_id, c.session_id,
+                       c.event_time, e.embedding
                 FROM chunks c JOIN embedding_cache e
                   ON e.provider = ? AND e.model = ? AND e.hash = c.hash
                 ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id
@@ -659,7 +698,9 @@ def build_fts_index(settings: Settings, *, force: bool = False) -> StageReport:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_all(settings: Settings, *, force: bool = False, progress: bool = False) -> list[StageReport]:
+def run_all(
+    settings: Settings, *, force: bool = False, progress: bool = False
+) -> list[StageReport]:
     """Every stage in order, in this process: what `memory-dag ingest --no-dagster` does."""
     return [
         sync_files(settings, force=force),

@@ -29,7 +29,10 @@ def _validate(frame: Any, expectations: list[Any]) -> CheckOutcome:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
     context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_pandas("memory_dag")
     asset = source.add_dataframe_asset("frame")
     batch = asset.add_batch_definition_whole_dataframe("all").get_batch(
@@ -48,7 +51,9 @@ def _validate(frame: Any, expectations: list[Any]) -> CheckOutcome:
                 for k, v in (item.result or {}).items()
                 if k in ("unexpected_count", "observed_value", "partial_unexpected_list")
             }
-            failures.append(f"{config.type} {config.kwargs.get('column', '')} {observed}".strip())
+            kwargs = config.kwargs
+            columns = kwargs.get("column") or f"{kwargs.get('column_A')}/{kwargs.get('column_B')}"
+            failures.append(f"{config.type} {columns} {observed}")
     return CheckOutcome(bool(result.success), failures, {"rows": len(frame)})
 
 

@@ -82,8 +82,10 @@ MIGRATIONS: list[str] = [
         kind            TEXT NOT NULL,      -- note | entry | transcript
         start_line      INTEGER NOT NULL,
         end_line        INTEGER NOT NULL,
-        hash            TEXT NOT NULL,      -- sha256 of `text`: the embedding cache key
-        text            TEXT NOT NULL,
+        hash            TEXT NOT NULL,      -- sha256 of `search_text`: the embedding cache key
+        text            TEXT NOT NULL,      -- what was written or said, as shown in results
+        search_text     TEXT NOT NULL,      -- what is embedded and BM25-indexed (search_text.py)
+        speaker         TEXT,               -- who said it (transcript turns)
         tokens          INTEGER NOT NULL,
         turn_ids        TEXT[] NOT NULL DEFAULT [],
         conversation_id TEXT,

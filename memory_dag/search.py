@@ -16,11 +16,16 @@ import numpy as np
 from memory_dag.config import Settings
 from memory_dag.embeddings import get_provider
 from memory_dag.index_files import PublishedIndex, cached_index
+from memory_dag.search_text import names_in, participant_names, strip_names
 from memory_dag.vector_index import search_faiss
 
-Fusion = Literal["blend", "rrf"]
+Fusion = Literal["zscore", "blend", "rrf"]
 SNIPPET_CHARS = 700
 RRF_K = 60
+#: Scopes up to this many rows are scored exactly, row by row (a conversation always is).
+EXACT_SCOPE_ROWS = 20_000
+#: Rows sampled for the cosine mean and spread of a larger scope.
+STATS_SAMPLE_ROWS = 4_096
 
 
 @dataclass
@@ -102,9 +107,14 @@ class Searcher:
         manifest = self.index.manifest
         # Queries must be embedded by the model that built the index, whatever the settings say.
         query_settings = settings.model_copy(
-            update={"embedding_provider": manifest["provider"], "embedding_model": manifest["model"]}
+            update={
+                "embedding_provider": manifest["provider"],
+                "embedding_model": manifest["model"],
+            }
         )
         self.provider = get_provider(query_settings) if manifest["dims"] else None
+        sample = np.random.default_rng(0).permutation(self.index.size)[:STATS_SAMPLE_ROWS]
+        self._stats_sample = np.sort(sample)
 
     def search(
         self,
@@ -113,73 +123,162 @@ class Searcher:
         k: int | None = None,
         filters: SearchFilters | None = None,
         min_score: float | None = None,
-        fusion: Fusion = "blend",
+        fusion: Fusion | None = None,
     ) -> list[SearchHit]:
         settings = self.settings
         k = settings.max_results if k is None else k
         min_score = settings.min_score if min_score is None else min_score
+        fusion = fusion or settings.fusion
         index = self.index
-        rows = allowed_rows(index, filters or SearchFilters())
-        if index.size == 0 or k <= 0 or (rows is not None and len(rows) == 0):
+        scope = allowed_rows(index, filters or SearchFilters())
+        if index.size == 0 or k <= 0 or (scope is not None and len(scope) == 0):
             return []
-        wanted = max(k * settings.candidate_multiplier, k)
+        scope_rows = np.arange(index.size) if scope is None else scope
 
-        text_all = index.text.scores(query)
-        query_vector = self.provider.embed([query])[0] if self.provider is not None else None
+        query_text, named_speaker = self._speaker_aware_query(query, scope_rows)
+        bm25_all = index.text.scores(query_text)
+        query_vector = self.provider.embed([query_text])[0] if self.provider is not None else None
 
-        # Candidates: the best `wanted` rows by each signal, within the allowed rows.
-        if rows is None:
-            text_candidates = _top(text_all, wanted)
-            text_candidates = text_candidates[text_all[text_candidates] > 0]
-            vector_candidates = (
-                search_faiss(index.faiss_index, query_vector, wanted)[0]
-                if query_vector is not None
-                else np.zeros(0, np.int64)
-            )
+        if fusion == "zscore":
+            pool, scores = self._zscore(scope, scope_rows, bm25_all, query_vector, k)
+            scores = self._context_boosts(pool, scores, named_speaker)
+            final = 1.0 / (1.0 + np.exp(-scores))
+            cosine = self._cosine(pool, query_vector)
+            bm25 = bm25_all[pool]
         else:
-            scoped_text = text_all[rows]
-            order = _top(scoped_text, wanted)
-            text_candidates = rows[order[scoped_text[order] > 0]]
-            if query_vector is not None:
-                scoped_vec = np.asarray(index.vectors[rows]) @ query_vector
-                vector_candidates = rows[_top(scoped_vec, wanted)]
+            pool = self._candidates(scope, scope_rows, bm25_all, query_vector, k)
+            cosine = self._cosine(pool, query_vector)
+            bm25 = bm25_all[pool]
+            if fusion == "rrf":
+                final = _rrf(cosine, bm25, settings.vector_weight, settings.text_weight)
             else:
-                vector_candidates = np.zeros(0, np.int64)
-        candidates = np.unique(np.concatenate([text_candidates, vector_candidates]))
-        if len(candidates) == 0:
+                final = _blend(cosine, bm25, settings, query_vector is not None)
+        if len(pool) == 0:
             return []
 
-        # Both signals for every candidate: exact cosine, BM25 scaled by the best BM25.
-        if query_vector is not None:
-            cosine = np.clip(np.asarray(index.vectors[candidates]) @ query_vector, 0.0, 1.0)
-        else:
-            cosine = np.zeros(len(candidates), dtype=np.float32)
-        bm25 = text_all[candidates]
         best_bm25 = float(bm25.max()) if len(bm25) else 0.0
         text_norm = bm25 / best_bm25 if best_bm25 > 0 else np.zeros_like(bm25)
-
-        if fusion == "rrf":
-            fused = _rrf(cosine, bm25, settings.vector_weight, settings.text_weight)
-        else:
-            vector_weight, text_weight = settings.vector_weight, settings.text_weight
-            if query_vector is None:
-                vector_weight, text_weight = 0.0, 1.0
-            fused = (vector_weight * cosine + text_weight * text_norm) / (
-                vector_weight + text_weight
-            )
-
-        order = np.argsort(-fused, kind="stable")
         hits: list[SearchHit] = []
-        for position in order:
-            score = float(fused[position])
+        for position in _top(final, min(len(final), k)):
+            score = float(final[position])
             if score < min_score:
                 break
             hits.append(
-                self._hit(int(candidates[position]), score, cosine[position], text_norm[position])
+                self._hit(int(pool[position]), score, cosine[position], text_norm[position])
             )
-            if len(hits) >= k:
-                break
         return hits
+
+    # --- query understanding -----------------------------------------------------------------
+
+    def _speaker_aware_query(self, query: str, scope_rows: np.ndarray) -> tuple[str, int | None]:
+        """The query without participant names, and the one participant it names (if one)."""
+        if not self.settings.speaker_aware or not self.index.speakers:
+            return query, None
+        codes = np.unique(self.index.speaker_code[scope_rows])
+        speakers = [self.index.speakers[c] for c in codes if c >= 0]
+        if not speakers:
+            return query, None
+        names = participant_names(speakers)
+        mentioned = {n.lower() for n in names_in(query, names)}
+        named = [
+            code
+            for code, speaker in zip([c for c in codes if c >= 0], speakers, strict=True)
+            if speaker in mentioned or speaker.split()[0] in mentioned
+        ]
+        named_speaker = named[0] if len(named) == 1 and len(speakers) > 1 else None
+        stripped = strip_names(query, names)
+        return (stripped or query), named_speaker
+
+    # --- candidates and signals --------------------------------------------------------------
+
+    def _cosine(self, rows: np.ndarray, query_vector: np.ndarray | None) -> np.ndarray:
+        if query_vector is None or len(rows) == 0:
+            return np.zeros(len(rows), dtype=np.float32)
+        return np.asarray(self.index.vectors[rows]) @ query_vector
+
+    def _candidates(
+        self,
+        scope: np.ndarray | None,
+        scope_rows: np.ndarray,
+        bm25_all: np.ndarray,
+        query_vector: np.ndarray | None,
+        k: int,
+    ) -> np.ndarray:
+        """The best `k × candidate_multiplier` rows by each signal, within the scope."""
+        wanted = max(k * self.settings.candidate_multiplier, k)
+        scoped_text = bm25_all[scope_rows]
+        order = _top(scoped_text, wanted)
+        text_rows = scope_rows[order[scoped_text[order] > 0]]
+        if query_vector is None:
+            vector_rows = np.zeros(0, np.int64)
+        elif scope is None:
+            vector_rows = search_faiss(self.index.faiss_index, query_vector, wanted)[0]
+        else:
+            vector_rows = scope_rows[_top(self._cosine(scope_rows, query_vector), wanted)]
+        return np.unique(np.concatenate([text_rows, vector_rows]))
+
+    def _zscore(
+        self,
+        scope: np.ndarray | None,
+        scope_rows: np.ndarray,
+        bm25_all: np.ndarray,
+        query_vector: np.ndarray | None,
+        k: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Standardised BM25 + standardised cosine, over the whole scope when it is small.
+
+        A large scope is scored on its candidates and their neighbours; the cosine mean and
+        spread then come from a fixed sample of the scope rather than from every row.
+        """
+        settings = self.settings
+        if len(scope_rows) <= EXACT_SCOPE_ROWS:
+            pool = scope_rows
+            cosine = self._cosine(pool, query_vector)
+            cos_mean, cos_std = float(cosine.mean()), float(cosine.std())
+        else:
+            candidates = self._candidates(scope, scope_rows, bm25_all, query_vector, k)
+            neighbours = np.concatenate(
+                [self.index.prev_row[candidates], self.index.next_row[candidates]]
+            )
+            pool = np.unique(np.concatenate([candidates, neighbours[neighbours >= 0]]))
+            cosine = self._cosine(pool, query_vector)
+            sample = self._stats_sample if scope is None else scope_rows[:STATS_SAMPLE_ROWS]
+            sampled = self._cosine(sample, query_vector)
+            cos_mean, cos_std = float(sampled.mean()), float(sampled.std())
+        scoped_bm25 = bm25_all[scope_rows]
+        bm25_z = _standardise(bm25_all[pool], float(scoped_bm25.mean()), float(scoped_bm25.std()))
+        cos_z = _standardise(cosine, cos_mean, cos_std)
+        w_text, w_vec = settings.text_weight, settings.vector_weight
+        if query_vector is None:
+            w_vec = 0.0
+        total = (w_text + w_vec) / 2 or 1.0
+        return pool, (w_text * bm25_z + w_vec * cos_z) / total
+
+    def _context_boosts(
+        self, pool: np.ndarray, scores: np.ndarray, named_speaker: int | None
+    ) -> np.ndarray:
+        """Neighbour, session and speaker boosts (see docs/retrieval.md for the evidence)."""
+        settings = self.settings
+        index = self.index
+        if settings.neighbour_boost:
+            neighbour = np.full(len(pool), -np.inf)
+            for links in (index.prev_row, index.next_row):
+                linked = links[pool]
+                at = np.clip(np.searchsorted(pool, linked), 0, len(pool) - 1)
+                valid = (linked >= 0) & (pool[at] == linked)
+                neighbour = np.where(valid, np.maximum(neighbour, scores[at]), neighbour)
+            neighbour = np.where(np.isfinite(neighbour), neighbour, 0.0)
+            scores = scores + settings.neighbour_boost * neighbour
+        if settings.session_boost:
+            sessions, which = np.unique(index.path_code[pool], return_inverse=True)
+            if len(sessions) > 1:
+                best = np.full(len(sessions), -np.inf)
+                np.maximum.at(best, which, scores)
+                session_z = _standardise(best, float(best.mean()), float(best.std()))
+                scores = scores + settings.session_boost * session_z[which]
+        if named_speaker is not None and settings.speaker_boost:
+            scores = scores + settings.speaker_boost * (index.speaker_code[pool] == named_speaker)
+        return scores
 
     def _hit(self, row: int, score: float, vector_score: float, text_score: float) -> SearchHit:
         cols = self.index.rows
@@ -200,6 +299,18 @@ class Searcher:
             vector_score=round(float(vector_score), 6),
             text_score=round(float(text_score), 6),
         )
+
+
+def _standardise(values: np.ndarray, mean: float, std: float) -> np.ndarray:
+    return (values - mean) / std if std > 0 else np.zeros(len(values))
+
+
+def _blend(cosine: np.ndarray, bm25: np.ndarray, settings: Settings, has_vectors: bool):
+    """Seed 002's blend: weighted cosine and BM25 scaled by the best BM25, in [0, 1]."""
+    best = float(bm25.max()) if len(bm25) else 0.0
+    text = bm25 / best if best > 0 else np.zeros_like(bm25)
+    w_vec, w_text = (settings.vector_weight, settings.text_weight) if has_vectors else (0.0, 1.0)
+    return (w_vec * np.clip(cosine, 0.0, 1.0) + w_text * text) / (w_vec + w_text)
 
 
 def _ranks(scores: np.ndarray) -> np.ndarray:
@@ -233,7 +344,7 @@ def search(
     path: str | None = None,
     kind: str | None = None,
     min_score: float | None = None,
-    fusion: Fusion = "blend",
+    fusion: Fusion | None = None,
 ) -> list[SearchHit]:
     """Search the memory: `memory_dag.search("pizza", conversation="demo")`."""
     settings = settings or Settings.load()

@@ -27,7 +27,10 @@ class StoreLockedError(RuntimeError):
 
 def is_lock_error(error: BaseException) -> bool:
     """True for DuckDB's 'Could not set lock on file' conflicts (and only those)."""
-    return isinstance(error, duckdb.IOException) and "lock" in str(error).lower()
+    message = str(error).lower()
+    return isinstance(error, duckdb.IOException) and (
+        "could not set lock" in message or "conflicting lock" in message
+    )
 
 
 def connect(

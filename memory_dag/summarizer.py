@@ -49,7 +49,7 @@ MIN_MAX_TOKENS = 256
 #: Tokens kept free in a chunk for separators and re-tokenization at the joins.
 _JOIN_MARGIN = 8
 
-_PARAGRAPH_SPLIT = re.compile(r"(\n[ \t]*\n\s*)")
+_PARAGRAPH_SPLIT = re.compile(r"(\r?\n[ \t\r]*\n\s*)")
 _SENTENCE_SPLIT = re.compile(r"((?<=[.!?])\s+|(?<=[.!?][\"'”’)\]])\s+|\s*\n\s*)")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _STOPWORD_TEXT = """
@@ -70,6 +70,8 @@ R = TypeVar("R")
 
 
 class SummaryLevel(StrEnum):
+    """How deep to summarize; the value is the name stored in summary metadata."""
+
     NONE = "NONE"
     BRIEF = "BRIEF"
     STANDARD = "STANDARD"

@@ -197,7 +197,10 @@ class ScriptedOpenAIServer:
         self._httpd.daemon_threads = True
         port = self._httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{port}/v1"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # A short poll interval keeps stop() (and so every test's teardown) fast.
+        threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:

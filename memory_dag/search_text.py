@@ -1,0 +1,70 @@
+"""What gets indexed for a chunk, as opposed to what is shown: the *search text*.
+
+Measured on LoCoMo (benchmarks/locomo_research.py, leave-one-conversation-out checked):
+- Participants' names are removed from transcript text and from queries. In a dialogue
+  every other line says "Thanks, Melanie!", so names match everything and swamp the
+  embedding; who said a turn is kept as the chunk's `speaker` and used as a separate
+  signal instead (see `search.py`).
+- A turn is indexed together with the turn before it in the same session: answers follow
+  the question that prompted them ("What did you paint?" / "A sunset.").
+- BM25 documents of dated turns start with the date ("[8 May 2023]").
+Shown text (`chunks.text`) stays exactly what was said: "Caroline: I went to ...".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from functools import lru_cache
+
+from memory_dag.sources import Turn
+
+
+@lru_cache(maxsize=4096)
+def _names_pattern(names: tuple[str, ...]) -> re.Pattern[str] | None:
+    parts = sorted({n.strip() for n in names if n and n.strip()}, key=len, reverse=True)
+    if not parts:
+        return None
+    alternatives = "|".join(re.escape(p) for p in parts)
+    return re.compile(rf"\b(?:{alternatives})(?:'s|’s)?\b", re.IGNORECASE)
+
+
+def participant_names(speakers: Iterable[str | None]) -> tuple[str, ...]:
+    """The names to strip: each speaker's full name (and first name when it has several)."""
+    names: set[str] = set()
+    for speaker in speakers:
+        if not speaker or not speaker.strip():
+            continue
+        names.add(speaker.strip())
+        first = speaker.split()[0]
+        if len(first) >= 3:
+            names.add(first)
+    return tuple(sorted(names))
+
+
+def strip_names(text: str, names: Sequence[str]) -> str:
+    """`text` without any of `names` (or their possessives), whitespace collapsed."""
+    pattern = _names_pattern(tuple(names))
+    if pattern is None:
+        return text
+    return " ".join(pattern.sub(" ", text).split())
+
+
+def names_in(query: str, names: Sequence[str]) -> list[str]:
+    """Which of `names` the query mentions (case-insensitive, whole words)."""
+    lowered = query.lower()
+    return [n for n in names if re.search(rf"\b{re.escape(n.lower())}\b", lowered)]
+
+
+def transcript_search_text(turn: Turn, previous: Turn | None, names: Sequence[str]) -> str:
+    """A turn's search text: previous turn of the session + this turn, names removed."""
+    parts = [previous.content, turn.content] if previous is not None else [turn.content]
+    return strip_names(" ".join(parts), names)
+
+
+def bm25_document(search_text: str, event_time: datetime | None, kind: str) -> str:
+    """The BM25 document of a chunk: dated transcript turns carry their date first."""
+    if kind == "transcript" and event_time is not None:
+        return f"[{event_time.day} {event_time:%B %Y}] {search_text}"
+    return search_text

@@ -1,0 +1,194 @@
+"""The ingest pipeline over a real DuckDB file and a real index folder: incremental, idempotent,
+loses nothing on bad input, and leaves the last good index readable after a crash."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from memory_dag import index_files
+from memory_dag.config import Settings
+from memory_dag.index_files import current_version, load_index
+from memory_dag.pipeline import (
+    build_chunks,
+    build_search_index,
+    embed_chunks,
+    run_all,
+    sync_files,
+)
+from memory_dag.search import search
+from memory_dag.store import open_store
+from tests.conftest import write_jsonl
+
+
+def counts(settings: Settings, sql: str) -> list[tuple]:
+    with open_store(settings.db_path, read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_first_run_fills_every_table(settings: Settings) -> None:
+    reports = {r.stage: r for r in run_all(settings)}
+
+    assert reports["files"].counts["new"] == 6
+    assert reports["files"].counts["episodes_written"] == 6  # 7 lines, one broken
+    files = dict(counts(settings, "SELECT path, kind FROM files"))
+    assert files["MEMORY.md"] == "note"
+    assert files["entries/trip/facts/f1.md"] == "entry"
+    assert files["sessions/conv-a/s1.jsonl"] == "transcript"
+    episodes = counts(
+        settings,
+        "SELECT turn_id, role, speaker, session_id, conversation_id, line FROM episodes "
+        "WHERE session_id = 's1' ORDER BY line",
+    )
+    assert episodes == [
+        ("t1", "user", "Dana", "s1", "conv-a", 1),
+        ("s1:2", "assistant", None, "s1", "conv-a", 2),
+        ("t3", "user", "Dana", "s1", "conv-a", 3),
+    ]
+    entry = counts(settings, "SELECT entry_id, role, conversation_id, created_at FROM notes "
+                   "WHERE kind = 'entry'")
+    assert entry[0][:3] == ("fact-1", "memory", "trip")
+    assert entry[0][3].year == 2026
+    # Every chunk is embedded with the recorded dimensions and indexed.
+    (chunk_count,) = counts(settings, "SELECT count(*) FROM chunks")[0]
+    manifest = index_files.read_manifest(settings.index_dir)
+    assert manifest["count"] == chunk_count
+    assert manifest["dims"] == 256
+    assert counts(settings, "SELECT value FROM store_meta WHERE key = 'embedding_dims'") == [
+        ("256",)
+    ]
+
+
+def test_bad_line_is_recorded_and_the_rest_of_the_file_ingested(settings: Settings) -> None:
+    run_all(settings)
+    errors = counts(settings, "SELECT path, line, reason FROM ingest_errors")
+    assert len(errors) == 1
+    assert errors[0][:2] == ("sessions/conv-a/s2.jsonl", 2)
+    assert "JSON" in errors[0][2]
+    turns = counts(settings, "SELECT turn_id FROM episodes WHERE session_id = 's2' ORDER BY line")
+    assert turns == [("u1",), ("u3",)]
+
+
+def test_second_run_changes_nothing(settings: Settings) -> None:
+    run_all(settings)
+    before = counts(settings, "SELECT id, hash FROM chunks ORDER BY id")
+    version = current_version(settings.index_dir)
+
+    reports = {r.stage: r for r in run_all(settings)}
+
+    assert reports["files"].counts["new"] == 0
+    assert reports["files"].counts["changed"] == 0
+    assert reports["files"].counts["unchanged"] == 6
+    assert reports["chunks"].counts["written"] == 0
+    assert reports["embeddings"].counts["embedded"] == 0
+    assert reports["search_index"].skipped
+    assert counts(settings, "SELECT id, hash FROM chunks ORDER BY id") == before
+    assert current_version(settings.index_dir) == version
+
+
+def test_touch_without_change_is_not_reingested(settings: Settings, workspace: Path) -> None:
+    run_all(settings)
+    note = workspace / "MEMORY.md"
+    later = time.time() + 5
+    os.utime(note, (later, later))
+    report = sync_files(settings)
+    assert report.counts["changed"] == 0
+    assert report.counts["unchanged"] == 6
+    assert counts(settings, "SELECT mtime FROM files WHERE path = 'MEMORY.md'")[0][0] == later
+
+
+def test_changed_file_replaces_its_rows(settings: Settings, workspace: Path) -> None:
+    run_all(settings)
+    write_jsonl(
+        workspace / "sessions" / "conv-a" / "s2.jsonl",
+        [{"role": "user", "content": "Miso now sleeps on the bookshelf.", "id": "u9"}],
+    )
+    reports = {r.stage: r for r in run_all(settings)}
+
+    assert reports["files"].counts["changed"] == 1
+    assert counts(settings, "SELECT turn_id FROM episodes WHERE session_id = 's2'") == [("u9",)]
+    # The broken line's error went with the old version of the file.
+    assert counts(settings, "SELECT count(*) FROM ingest_errors") == [(0,)]
+    texts = [t for (t,) in counts(settings, "SELECT text FROM chunks WHERE session_id = 's2'")]
+    assert texts == ["Dana: Miso now sleeps on the bookshelf."] or texts == [
+        "User: Miso now sleeps on the bookshelf."
+    ]
+    hits = search("bookshelf", settings=settings, min_score=0.0, k=1)
+    assert hits[0].turn_ids == ["u9"]
+
+
+def test_deleted_file_leaves_no_rows_and_no_search_hits(
+    settings: Settings, workspace: Path
+) -> None:
+    run_all(settings)
+    (workspace / "memory" / "garden.md").unlink()
+    (workspace / "sessions" / "conv-b" / "s9.jsonl").unlink()
+
+    reports = {r.stage: r for r in run_all(settings)}
+
+    assert reports["files"].counts["deleted"] == 2
+    for table in ("files", "chunks", "notes"):
+        rows = counts(
+            settings,
+            f"SELECT count(*) FROM {table} WHERE path IN "
+            "('memory/garden.md', 'sessions/conv-b/s9.jsonl')",
+        )
+        assert rows == [(0,)], table
+    assert counts(settings, "SELECT count(*) FROM episodes WHERE session_id = 's9'") == [(0,)]
+    hits = search("tomatoes watering July", settings=settings, min_score=0.0, k=10)
+    assert all(h.path != "memory/garden.md" for h in hits)
+
+
+def test_identical_text_is_embedded_once(settings: Settings, workspace: Path) -> None:
+    (workspace / "memory" / "copy.md").write_text(
+        (workspace / "memory" / "garden.md").read_text(), encoding="utf-8"
+    )
+    sync_files(settings)
+    build_chunks(settings)
+    report = embed_chunks(settings)
+    (chunks, distinct) = counts(settings, "SELECT count(*), count(DISTINCT hash) FROM chunks")[0]
+    assert chunks == distinct + 1
+    assert report.counts["embedded"] == distinct
+    assert report.counts["cached"] == distinct
+
+
+def test_failed_index_build_keeps_the_last_good_version(
+    settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_all(settings)
+    good = current_version(settings.index_dir)
+    (workspace / "memory" / "new.md").write_text("Pinecones are scattered on the path.\n")
+    sync_files(settings)
+    build_chunks(settings)
+    embed_chunks(settings)
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(index_files, "save_faiss", crash)
+    with pytest.raises(OSError, match="disk full"):
+        build_search_index(settings)
+
+    assert current_version(settings.index_dir) == good
+    assert not list(settings.index_dir.glob(".tmp-*"))
+    index = load_index(settings.index_dir)
+    assert "memory/new.md" not in index.rows["path"]
+    monkeypatch.undo()
+    build_search_index(settings)
+    assert "memory/new.md" in load_index(settings.index_dir).rows["path"]
+
+
+def test_unreadable_and_binary_files_are_recorded(settings: Settings, workspace: Path) -> None:
+    (workspace / "memory" / "photo.md").write_bytes(b"\x89PNG\x00\x00binary")
+    (workspace / "memory" / "latin1.md").write_bytes("caf\xe9 notes".encode("latin-1"))
+    (workspace / "memory" / "empty.md").write_text("")
+    run_all(settings)
+    reasons = dict(counts(settings, "SELECT path, reason FROM ingest_errors"))
+    assert "binary" in reasons["memory/photo.md"]
+    assert "UTF-8" in reasons["memory/latin1.md"]
+    assert "empty" in reasons["memory/empty.md"]
+    # The good files are all there.
+    assert counts(settings, "SELECT count(*) FROM chunks WHERE path = 'MEMORY.md'")[0][0] >= 1
