@@ -29,13 +29,13 @@ def chunks_are_valid(memory: MemoryStoreResource) -> dg.AssetCheckResult:
 
 @dg.asset_check(asset=chunk_embeddings, blocking=True, pool="duckdb")
 def every_chunk_embedded(memory: MemoryStoreResource) -> dg.AssetCheckResult:
-    """Every chunk embedded by the recorded model with the recorded dimensions."""
+    """Every chunk and indexed memory embedded by the recorded model, with the recorded dims."""
     return _result(quality.check_embeddings(memory.settings()))
 
 
 @dg.asset_check(asset=search_index, pool="duckdb")
 def index_matches_embeddings(memory: MemoryStoreResource) -> dg.AssetCheckResult:
-    """The FAISS file's count equals the number of embedded chunks."""
+    """The FAISS file's count equals the number of embedded search documents."""
     return _result(quality.check_search_index(memory.settings()))
 
 

@@ -548,7 +548,7 @@ def embed_chunks(settings: Settings, *, progress: bool = False) -> StageReport:
             previous = (get_meta(con, "embedding_provider"), get_meta(con, "embedding_model"))
             missing = con.execute(
                 """
-                SELECT DISTINCT c.hash, c.search_text FROM chunks c
+                SELECT DISTINCT c.hash, c.search_text FROM search_documents c
                 WHERE NOT EXISTS (
                     SELECT 1 FROM embedding_cache e
                     WHERE e.provider = ? AND e.model = ? AND e.hash = c.hash)
@@ -627,7 +627,7 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
                 SELECT c.id, c.kind, c.source, c.path, c.start_line, c.end_line, c.text,
                        c.search_text, c.speaker, c.turn_ids, c.conversation_id, c.session_id,
                        c.event_time, e.embedding
-                FROM chunks c JOIN embedding_cache e
+                FROM search_documents c JOIN embedding_cache e
                   ON e.provider = ? AND e.model = ? AND e.hash = c.hash
                 ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id
                 """,
@@ -635,7 +635,7 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
             ).arrow()
             if hasattr(table, "read_all"):
                 table = table.read_all()
-            total_chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
         vectors = _arrow_to_vectors(table.column("embedding"), provider.dims)
         manifest = publish_index(
             settings.index_dir,
@@ -647,7 +647,7 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
         )
         not_embedded = int(total_chunks) - table.num_rows
         if not_embedded:
-            report.notes.append(f"{not_embedded} chunks have no embedding yet and are not indexed")
+            report.notes.append(f"{not_embedded} documents have no embedding yet: not indexed")
         report.counts = {
             "rows": int(manifest["count"]),
             "dims": int(manifest["dims"]),
@@ -659,9 +659,17 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
 
 def _index_fingerprint(con: Any, provider: str, model: str) -> str:
     row = con.execute(
-        "SELECT coalesce(md5(string_agg(id || ':' || hash, ',' ORDER BY id)), '') FROM chunks"
+        "SELECT coalesce(md5(string_agg(id || ':' || hash, ',' ORDER BY id)), '') "
+        "FROM search_documents"
     ).fetchone()
     return _digest(provider, model, row[0])
+
+
+def _chunks_fingerprint(con: Any) -> str:
+    row = con.execute(
+        "SELECT coalesce(md5(string_agg(id || ':' || hash, ',' ORDER BY id)), '') FROM chunks"
+    ).fetchone()
+    return row[0]
 
 
 def _arrow_to_vectors(column: pa.ChunkedArray, dims: int) -> np.ndarray:
@@ -680,7 +688,7 @@ def build_fts_index(settings: Settings, *, force: bool = False) -> StageReport:
     report = StageReport("chunks_fts")
     with _Timer(report), open_store(settings.db_path) as con:
         how = load_fts(con)
-        fingerprint = _index_fingerprint(con, "fts", "chunks")
+        fingerprint = _chunks_fingerprint(con)
         if not force and get_meta(con, "fts_fingerprint") == fingerprint:
             report.skipped = True
             return report

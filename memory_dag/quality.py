@@ -88,7 +88,7 @@ def check_chunks(settings: Settings) -> CheckOutcome:
 
 
 def check_embeddings(settings: Settings) -> CheckOutcome:
-    """Every chunk has a vector of the recorded model with the recorded dimensions."""
+    """Every search document has a vector of the recorded model with the recorded dimensions."""
     import great_expectations as gx
 
     with open_store(settings.db_path) as con:
@@ -98,7 +98,7 @@ def check_embeddings(settings: Settings) -> CheckOutcome:
         frame = con.execute(
             """
             SELECT c.id, e.dims, len(e.embedding) AS length
-            FROM chunks c LEFT JOIN embedding_cache e
+            FROM search_documents c LEFT JOIN embedding_cache e
               ON e.provider = ? AND e.model = ? AND e.hash = c.hash
             """,
             [provider, model],
@@ -116,7 +116,7 @@ def check_embeddings(settings: Settings) -> CheckOutcome:
 
 
 def check_search_index(settings: Settings) -> CheckOutcome:
-    """The published FAISS index holds exactly one vector per embedded chunk."""
+    """The published FAISS index holds exactly one vector per embedded search document."""
     import faiss
     import great_expectations as gx
     import pandas as pd
@@ -130,7 +130,7 @@ def check_search_index(settings: Settings) -> CheckOutcome:
     with open_store(settings.db_path) as con:
         embedded = con.execute(
             """
-            SELECT count(*) FROM chunks c JOIN embedding_cache e
+            SELECT count(*) FROM search_documents c JOIN embedding_cache e
               ON e.provider = ? AND e.model = ? AND e.hash = c.hash
             """,
             [manifest["provider"], manifest["model"]],

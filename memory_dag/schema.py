@@ -136,6 +136,132 @@ MIGRATIONS: list[str] = [
                  WHERE e.path = f.path AND e.file_hash = f.hash) AS errors
         FROM files f;
     """,
+    # 1 → 2: durable memories: entities, relations, history, revisions, sessions, events.
+    """
+    CREATE TABLE IF NOT EXISTS entities (
+        id             TEXT PRIMARY KEY,    -- ent_*
+        canonical_name TEXT NOT NULL,
+        type           TEXT NOT NULL,       -- person | project | organization | location | ...
+        aliases        TEXT[] NOT NULL DEFAULT [],
+        summary        TEXT,
+        mention_count  BIGINT NOT NULL DEFAULT 1,
+        protected      BOOLEAN NOT NULL DEFAULT false,
+        created_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+        updated_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+        UNIQUE (canonical_name, type)
+    );
+
+    CREATE TABLE IF NOT EXISTS memory_entities (
+        memory_id  TEXT NOT NULL,
+        entity_id  TEXT NOT NULL,
+        mention    TEXT,                    -- the text as written
+        provider   TEXT,                    -- regex | heuristic | spacy | llm
+        created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (memory_id, entity_id)
+    );
+
+    CREATE TABLE IF NOT EXISTS relations (
+        id            TEXT PRIMARY KEY,
+        from_id       TEXT NOT NULL,
+        to_id         TEXT NOT NULL,
+        relation_type TEXT NOT NULL DEFAULT 'related_to',
+        strength      DOUBLE NOT NULL,
+        created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+        UNIQUE (from_id, to_id, relation_type)
+    );
+
+    -- Every write: ADD, UPDATE, DELETE, MERGE, LINK, TTL, DECAY, PURGE, RESTORE, ...
+    CREATE TABLE IF NOT EXISTS history (
+        id        TEXT PRIMARY KEY,
+        memory_id TEXT,
+        event     TEXT NOT NULL,
+        old_ref   TEXT,
+        new_ref   TEXT,
+        actor     TEXT,
+        meta      JSON,
+        ts        TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+
+    -- Seed 003 §1: per-conversation revision and the change log behind the delta header.
+    CREATE TABLE IF NOT EXISTS conversation_revisions (
+        conversation_id TEXT PRIMARY KEY,   -- '' for memories without a conversation
+        rev             BIGINT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS change_log (
+        id              TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        rev             BIGINT NOT NULL,
+        memory_id       TEXT,
+        event           TEXT NOT NULL,      -- created | updated | merged | deleted | soft_deleted | restored
+        meta            JSON,
+        ts              TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+
+    -- Seed 004: a session is registered when first seen and consolidated once.
+    CREATE TABLE IF NOT EXISTS sessions_consolidations (
+        path            TEXT PRIMARY KEY,   -- the transcript file: session ids repeat across conversations
+        session_id      TEXT NOT NULL,
+        conversation_id TEXT,
+        first_seen_at   TIMESTAMPTZ NOT NULL,
+        consolidated_at TIMESTAMPTZ,        -- NULL = pending
+        facts_written   INTEGER,
+        method          TEXT                -- llm | rules
+    );
+
+    -- Seed 003 §14: operational events (LLM failures, skips, job runs) for "what happened".
+    CREATE TABLE IF NOT EXISTS events (
+        id              TEXT PRIMARY KEY,
+        conversation_id TEXT,
+        node            TEXT NOT NULL,      -- facts | reconcile | summaries | maintenance | ...
+        op              TEXT NOT NULL,
+        status          TEXT NOT NULL,      -- ok | error | skipped
+        memory_id       TEXT,
+        detail          TEXT,
+        meta            JSON,
+        ts              TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+
+    -- Seed 003 §4: pairs already judged by the merge worker, not re-checked for 14 days.
+    CREATE TABLE IF NOT EXISTS merge_fingerprints (
+        fingerprint TEXT PRIMARY KEY,
+        verdict     TEXT NOT NULL,
+        checked_at  TIMESTAMPTZ NOT NULL
+    );
+
+    -- Summaries are memories of kind 'summary'; this view shows their tree metadata as columns.
+    CREATE OR REPLACE VIEW summaries AS
+        SELECT id, conversation_id, content, created_at, valid_until, state,
+               CAST(json_extract(attributes, '$.level') AS INTEGER) AS level,
+               CAST(json_extract(attributes, '$.chunk_index') AS INTEGER) AS chunk_index,
+               CAST(json_extract(attributes, '$.group_index') AS INTEGER) AS group_index,
+               CAST(json_extract(attributes, '$.parent_group') AS INTEGER) AS parent_group,
+               CAST(json_extract(attributes, '$.is_final') AS BOOLEAN) AS is_final,
+               json_extract_string(attributes, '$.summary_level') AS summary_level,
+               CAST(json_extract(attributes, '$.input_tokens') AS INTEGER) AS input_tokens,
+               CAST(json_extract(attributes, '$.output_tokens') AS INTEGER) AS output_tokens,
+               CAST(json_extract(attributes, '$.compression_ratio') AS DOUBLE) AS compression_ratio,
+               json_extract_string(attributes, '$.method') AS method
+        FROM memories WHERE kind = 'summary';
+
+    -- Everything the search index holds: chunks of notes and transcripts, plus active derived
+    -- memories (facts, summaries, reflections, ...). `hash` keys the embedding cache.
+    CREATE OR REPLACE VIEW search_documents AS
+        SELECT id, kind, source, path, start_line, end_line, text, search_text, speaker,
+               turn_ids, conversation_id, session_id, event_time, hash
+        FROM chunks
+        UNION ALL
+        SELECT id, kind, 'memories' AS source, coalesce(path, '') AS path,
+               coalesce(line, 0) AS start_line, coalesce(line, 0) AS end_line,
+               content AS text, content AS search_text, speaker,
+               []::TEXT[] AS turn_ids, conversation_id, session_id,
+               coalesce(event_time, created_at) AS event_time, sha256(content) AS hash
+        FROM memories
+        WHERE kind IN ('fact', 'summary', 'reflection', 'insight')
+          AND valid_until IS NULL AND state = 'active';
+
+    CREATE OR REPLACE VIEW facts AS
+        SELECT * FROM memories WHERE kind = 'fact' AND valid_until IS NULL AND state = 'active';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
