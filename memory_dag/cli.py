@@ -315,11 +315,21 @@ def build_parser() -> argparse.ArgumentParser:
     locomo.add_argument("--store", help="keep the evaluation store in this folder")
     locomo.set_defaults(func=cmd_eval)
 
+    for register in _command_modules():
+        register(commands, common)
+
     ui = commands.add_parser("ui", help="open the Dagster UI (dagster dev) on this project")
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(func=cmd_ui)
     return parser
+
+
+def _command_modules() -> list[Any]:
+    """Command groups kept beside the code they drive (memory operations, summaries, ...)."""
+    from memory_dag import cli_memory, cli_summaries
+
+    return [cli_memory.register, cli_summaries.register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -52,7 +52,28 @@ ROW_SCHEMA = pa.schema(
         ("conversation_id", pa.string()),
         ("session_id", pa.string()),
         ("event_time", pa.timestamp("us", tz="UTC")),
+        ("role", pa.string()),
+        ("category", pa.string()),
+        ("user_id", pa.string()),
+        ("agent_id", pa.string()),
+        ("importance", pa.int32()),
+        ("pinned", pa.bool_()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
     ]
+)
+
+#: Text columns that searches can filter on by equality, kept as integer codes in memory.
+CODED_COLUMNS = (
+    "kind",
+    "source",
+    "path",
+    "conversation_id",
+    "session_id",
+    "speaker",
+    "role",
+    "category",
+    "user_id",
+    "agent_id",
 )
 
 
@@ -79,6 +100,11 @@ class PublishedIndex:
     path_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     speaker_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     speakers: list[str] = field(default_factory=list)
+    #: column → (integer code per row, value → code), for the filterable text columns.
+    codes: dict[str, tuple[np.ndarray, dict[Any, int]]] = field(default_factory=dict)
+    importance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pinned: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    updated_us: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def size(self) -> int:
@@ -97,6 +123,9 @@ def publish_index(
     """Build FAISS + BM25 for `rows`/`vectors`, write a new version, make it current."""
     if rows.num_rows != len(vectors):
         raise ValueError(f"{rows.num_rows} rows but {len(vectors)} vectors")
+    for name in ROW_SCHEMA.names:  # optional columns default to null
+        if name not in rows.column_names:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows, ROW_SCHEMA.field(name).type))
     rows = rows.select(ROW_SCHEMA.names).cast(ROW_SCHEMA)
     index_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
@@ -183,7 +212,8 @@ def load_index(index_dir: Path) -> PublishedIndex:
     rows = {column: table.column(column).to_pylist() for column in table.column_names}
     faiss_path = folder / "vectors.faiss"
     faiss_index = load_faiss(faiss_path) if faiss_path.exists() else faiss.IndexFlatIP(1)
-    path_code = _codes(rows["path"])
+    codes = {column: _value_codes(rows[column]) for column in CODED_COLUMNS}
+    path_code = codes["path"][0]
     same_as_previous = np.zeros(len(path_code), dtype=bool)
     same_as_previous[1:] = path_code[1:] == path_code[:-1]
     positions = np.arange(len(path_code))
@@ -209,13 +239,25 @@ def load_index(index_dir: Path) -> PublishedIndex:
         path_code=path_code,
         speaker_code=speaker_code,
         speakers=speakers,
+        codes=codes,
+        importance=_int_column(table, "importance"),
+        pinned=np.asarray(table.column("pinned").fill_null(False).to_numpy(zero_copy_only=False)),
+        updated_us=_int_column(table, "updated_at"),
     )
 
 
-def _codes(values: list[Any]) -> np.ndarray:
-    """Dense integer codes of `values` (equal values, equal codes)."""
+def _value_codes(values: list[Any]) -> tuple[np.ndarray, dict[Any, int]]:
     seen: dict[Any, int] = {}
-    return np.asarray([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
+    codes = np.asarray([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
+    return codes, seen
+
+
+def _int_column(table: pa.Table, name: str) -> np.ndarray:
+    """An integer view of a column (timestamps as epoch microseconds); null → -1."""
+    column = table.column(name)
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.int64())
+    return np.asarray(column.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 _cache: dict[Path, PublishedIndex] = {}

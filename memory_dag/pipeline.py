@@ -381,7 +381,7 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
                     else []
                 )
                 created = note["created_at"] if note else None
-                views = [(chunk.text, None, created) for chunk in chunks]
+                views = [(chunk.text, None, None, created) for chunk in chunks]
             for number, (chunk, view) in enumerate(zip(chunks, views, strict=True)):
                 rows.append(_chunk_row(file, number, chunk, view, now))
         con.execute("BEGIN TRANSACTION")
@@ -453,7 +453,7 @@ def _turns_by_path(con: Any, paths: list[str]) -> dict[str, list[Turn]]:
     return out
 
 
-ChunkView = tuple[str, str | None, datetime | None]  # search text, speaker, event time
+ChunkView = tuple[str, str | None, str | None, datetime | None]  # search, speaker, role, time
 
 
 def _transcript_views(turns: list[Turn], chunks: list[Chunk]) -> list[ChunkView]:
@@ -474,8 +474,10 @@ def _transcript_views(turns: list[Turn], chunks: list[Chunk]) -> list[ChunkView]
             search = strip_names(context + body, names)
         speakers = {t.speaker for t in held}
         speaker = held[0].speaker if len(speakers) == 1 and held else None
+        roles = {t.role for t in held}
+        role = held[0].role if len(roles) == 1 and held else None
         event_time = next((t.event_time for t in held if t.event_time), None)
-        views.append((search, speaker, event_time))
+        views.append((search, speaker, role, event_time))
     return views
 
 
@@ -487,7 +489,7 @@ def _without_label(line: str, labels: set[str]) -> str:
 def _chunk_row(
     file: dict[str, Any], number: int, chunk: Chunk, view: ChunkView, now: datetime
 ) -> dict[str, Any]:
-    search, speaker, event_time = view
+    search, speaker, role, event_time = view
     return {
         "id": "ch_" + _digest(file["path"], file["hash"], str(number))[:20],
         "path": file["path"],
@@ -499,6 +501,7 @@ def _chunk_row(
         "text": chunk.text,
         "search_text": search,
         "speaker": speaker,
+        "role": role,
         "tokens": chunk.tokens,
         "turn_ids": chunk.turn_ids,
         "conversation_id": file["conversation_id"],
@@ -520,6 +523,7 @@ _CHUNK_SCHEMA = pa.schema(
         ("text", pa.string()),
         ("search_text", pa.string()),
         ("speaker", pa.string()),
+        ("role", pa.string()),
         ("tokens", pa.int32()),
         ("turn_ids", pa.list_(pa.string())),
         ("conversation_id", pa.string()),
@@ -626,7 +630,8 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
                 """
                 SELECT c.id, c.kind, c.source, c.path, c.start_line, c.end_line, c.text,
                        c.search_text, c.speaker, c.turn_ids, c.conversation_id, c.session_id,
-                       c.event_time, e.embedding
+                       c.event_time, c.role, c.category, c.user_id, c.agent_id, c.importance,
+                       c.pinned, c.updated_at, e.embedding
                 FROM search_documents c JOIN embedding_cache e
                   ON e.provider = ? AND e.model = ? AND e.hash = c.hash
                 ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id

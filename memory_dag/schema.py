@@ -86,6 +86,7 @@ MIGRATIONS: list[str] = [
         text            TEXT NOT NULL,      -- what was written or said, as shown in results
         search_text     TEXT NOT NULL,      -- what is embedded and BM25-indexed (search_text.py)
         speaker         TEXT,               -- who said it (transcript turns)
+        role            TEXT,               -- user | assistant (transcript turns)
         tokens          INTEGER NOT NULL,
         turn_ids        TEXT[] NOT NULL DEFAULT [],
         conversation_id TEXT,
@@ -247,16 +248,20 @@ MIGRATIONS: list[str] = [
     -- memories (facts, summaries, reflections, ...). `hash` keys the embedding cache.
     CREATE OR REPLACE VIEW search_documents AS
         SELECT id, kind, source, path, start_line, end_line, text, search_text, speaker,
-               turn_ids, conversation_id, session_id, event_time, hash
+               turn_ids, conversation_id, session_id, event_time, hash,
+               role, NULL::TEXT AS category, NULL::TEXT AS user_id, NULL::TEXT AS agent_id,
+               NULL::INTEGER AS importance, false AS pinned, updated_at
         FROM chunks
         UNION ALL
         SELECT id, kind, 'memories' AS source, coalesce(path, '') AS path,
                coalesce(line, 0) AS start_line, coalesce(line, 0) AS end_line,
                content AS text, content AS search_text, speaker,
                []::TEXT[] AS turn_ids, conversation_id, session_id,
-               coalesce(event_time, created_at) AS event_time, sha256(content) AS hash
+               coalesce(event_time, created_at) AS event_time, sha256(content) AS hash,
+               source_role AS role, category, user_id, agent_id, importance, pinned,
+               created_at AS updated_at
         FROM memories
-        WHERE kind IN ('fact', 'summary', 'reflection', 'insight')
+        WHERE kind IN ('fact', 'summary', 'reflection', 'insight', 'procedural')
           AND valid_until IS NULL AND state = 'active';
 
     CREATE OR REPLACE VIEW facts AS

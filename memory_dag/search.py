@@ -7,7 +7,7 @@ The read path never opens the DuckDB file: it reads the last published index ver
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +46,11 @@ class SearchHit:
     event_time: datetime | None = None
     vector_score: float = 0.0
     text_score: float = 0.0
+    role: str | None = None
+    speaker: str | None = None
+    category: str | None = None
+    #: Row of the published index (vectors, neighbours); not stable across index versions.
+    row: int = -1
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -55,11 +60,37 @@ class SearchHit:
 
 @dataclass
 class SearchFilters:
+    """Restrictions applied to the index rows before anything is ranked.
+
+    A text filter takes one value or a list of accepted values. Chunks of notes and
+    transcripts have no category, user, agent, importance or pin: a filter on those
+    columns keeps only the memories that have them.
+    """
+
     conversation: str | None = None
     session: str | None = None
-    source: str | None = None  # memory | sessions
-    path: str | None = None  # exact path or a folder prefix ending in "/"
-    kind: str | None = None  # note | entry | transcript
+    source: str | list[str] | None = None  # memory | sessions | memories
+    path: str | None = None  # exact path, or a folder prefix ending in "/"
+    kind: str | list[str] | None = None  # note | entry | transcript | fact | summary | ...
+    role: str | list[str] | None = None
+    speaker: str | list[str] | None = None
+    category: str | list[str] | None = None
+    user_id: str | list[str] | None = None
+    agent_id: str | list[str] | None = None
+    importance_min: int | None = None
+    importance_max: int | None = None
+    pinned: bool | None = None
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
+
+
+_EQUALITY_FILTERS = ("source", "kind", "role", "speaker", "category", "user_id", "agent_id")
+
+
+def _epoch_us(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1_000_000)
 
 
 def allowed_rows(index: PublishedIndex, filters: SearchFilters) -> np.ndarray | None:
@@ -70,23 +101,42 @@ def allowed_rows(index: PublishedIndex, filters: SearchFilters) -> np.ndarray | 
     if filters.session is not None:
         session_rows = index.rows_by_session.get(filters.session, np.zeros(0, np.int64))
         rows = session_rows if rows is None else np.intersect1d(rows, session_rows)
-    for column, wanted in (("source", filters.source), ("kind", filters.kind)):
-        if wanted is not None:
-            values = index.rows[column]
-            candidates = range(index.size) if rows is None else rows
-            rows = np.asarray([r for r in candidates if values[r] == wanted], dtype=np.int64)
+
+    def keep(mask_of: Any) -> None:
+        nonlocal rows
+        candidates = np.arange(index.size) if rows is None else rows
+        rows = candidates[mask_of(candidates)]
+
+    for column in _EQUALITY_FILTERS:
+        wanted = getattr(filters, column)
+        if wanted is None:
+            continue
+        codes, lookup = index.codes[column]
+        accepted = [
+            lookup[v] for v in ([wanted] if isinstance(wanted, str) else wanted) if v in lookup
+        ]
+        keep(lambda r, codes=codes, accepted=accepted: np.isin(codes[r], accepted))
     if filters.path is not None:
-        paths = index.rows["path"]
+        codes, lookup = index.codes["path"]
         prefix = filters.path
-        candidates = range(index.size) if rows is None else rows
-        rows = np.asarray(
-            [
-                r
-                for r in candidates
-                if paths[r] == prefix or (prefix.endswith("/") and paths[r].startswith(prefix))
-            ],
-            dtype=np.int64,
-        )
+        accepted = [
+            code
+            for path, code in lookup.items()
+            if path == prefix or (prefix.endswith("/") and str(path).startswith(prefix))
+        ]
+        keep(lambda r: np.isin(codes[r], accepted))
+    if filters.importance_min is not None:
+        keep(lambda r: index.importance[r] >= filters.importance_min)
+    if filters.importance_max is not None:
+        keep(lambda r: (index.importance[r] >= 0) & (index.importance[r] <= filters.importance_max))
+    if filters.pinned is not None:
+        keep(lambda r: index.pinned[r] == filters.pinned)
+    if filters.updated_after is not None:
+        after = _epoch_us(filters.updated_after)
+        keep(lambda r: index.updated_us[r] >= after)
+    if filters.updated_before is not None:
+        before = _epoch_us(filters.updated_before)
+        keep(lambda r: (index.updated_us[r] >= 0) & (index.updated_us[r] < before))
     return rows
 
 
@@ -298,6 +348,10 @@ class Searcher:
             event_time=cols["event_time"][row],
             vector_score=round(float(vector_score), 6),
             text_score=round(float(text_score), 6),
+            role=cols["role"][row],
+            speaker=cols["speaker"][row],
+            category=cols["category"][row],
+            row=row,
         )
 
 
@@ -349,7 +403,9 @@ def search(
     """Search the memory: `memory_dag.search("pizza", conversation="demo")`."""
     settings = settings or Settings.load()
     searcher = get_searcher(settings)
-    filters = SearchFilters(conversation, session, source, path, kind)
+    filters = SearchFilters(
+        conversation=conversation, session=session, source=source, path=path, kind=kind
+    )
     return searcher.search(query, k=k, filters=filters, min_score=min_score, fusion=fusion)
 
 
