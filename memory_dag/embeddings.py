@@ -8,11 +8,12 @@ code location, and a provider may be built and never used.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -44,6 +45,20 @@ OPENAI_MAX_RETRIES = 3
 
 #: Embedded when a provider must learn its width from a real answer.
 _PROBE_TEXT = "dimension probe"
+
+
+def _import_wordllama() -> Any:
+    """Import wordllama without the root-logger handler its `logging.basicConfig` call adds
+    at import time (it would print every library's INFO logs to stderr)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    import wordllama
+
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+    return wordllama
 
 
 class EmbeddingError(RuntimeError):
@@ -100,8 +115,7 @@ class WordLlamaProvider:
     def _load(self) -> WordLlamaInference:
         with self._lock:
             if self._wl is None:
-                import wordllama
-
+                wordllama = _import_wordllama()
                 trunc_dim = self._dims if self._dims < WORDLLAMA_SHIPPED_DIM else None
                 try:
                     self._wl = wordllama.WordLlama.load(

@@ -7,12 +7,15 @@ but at ~140 ms a query it is too slow for the search path.
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import lru_cache
 from pathlib import Path
 
 import bm25s
 import numpy as np
+
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
 
 TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")
 # BM25 parameters (Lucene variant). b = 0.3 rather than the usual 0.75: chat turns vary in
