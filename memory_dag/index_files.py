@@ -34,7 +34,7 @@ from memory_dag.search_text import bm25_document
 from memory_dag.text_index import TextIndex
 from memory_dag.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # bump when the folder layout or row columns change
 KEEP_VERSIONS = 2  # the live one and its predecessor (a reader may still be loading it)
 
 ROW_SCHEMA = pa.schema(
@@ -208,6 +208,11 @@ def load_index(index_dir: Path) -> PublishedIndex:
         raise IndexNotBuiltError(f"no search index in {index_dir}: run `memory-dag ingest` first")
     folder = index_dir / name
     manifest = json.loads((folder / "manifest.json").read_text())
+    if manifest.get("format") != FORMAT_VERSION:
+        raise IndexNotBuiltError(
+            f"the index in {index_dir} was built by another memory-dag version "
+            f"(format {manifest.get('format')}, need {FORMAT_VERSION}): run `memory-dag ingest`"
+        )
     table = pq.read_table(folder / "rows.parquet")
     rows = {column: table.column(column).to_pylist() for column in table.column_names}
     faiss_path = folder / "vectors.faiss"

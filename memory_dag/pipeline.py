@@ -20,7 +20,7 @@ import pyarrow as pa
 from memory_dag.chunking import Chunk, chunk_lines, chunk_turns
 from memory_dag.config import Settings
 from memory_dag.embeddings import get_provider
-from memory_dag.index_files import publish_index, read_manifest
+from memory_dag.index_files import FORMAT_VERSION, publish_index, read_manifest
 from memory_dag.search_text import participant_names, strip_names, transcript_search_text
 from memory_dag.sources import (
     IngestError,
@@ -667,7 +667,7 @@ def _index_fingerprint(con: Any, provider: str, model: str) -> str:
         "SELECT coalesce(md5(string_agg(id || ':' || hash, ',' ORDER BY id)), '') "
         "FROM search_documents"
     ).fetchone()
-    return _digest(provider, model, row[0])
+    return _digest(str(FORMAT_VERSION), provider, model, row[0])
 
 
 def _chunks_fingerprint(con: Any) -> str:

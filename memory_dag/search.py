@@ -24,6 +24,9 @@ SNIPPET_CHARS = 700
 RRF_K = 60
 #: Scopes up to this many rows are scored exactly, row by row (a conversation always is).
 EXACT_SCOPE_ROWS = 20_000
+#: A z-fused score s is shown as sigmoid(s / ZSCORE_SCALE): 0.5 for an average row, ~0.73 for
+#: one 4 standard deviations above it. `min_score` compares against this number.
+ZSCORE_SCALE = 4.0
 #: Rows sampled for the cosine mean and spread of a larger scope.
 STATS_SAMPLE_ROWS = 4_096
 
@@ -192,7 +195,7 @@ class Searcher:
         if fusion == "zscore":
             pool, scores = self._zscore(scope, scope_rows, bm25_all, query_vector, k)
             scores = self._context_boosts(pool, scores, named_speaker)
-            final = 1.0 / (1.0 + np.exp(-scores))
+            final = 1.0 / (1.0 + np.exp(-scores / ZSCORE_SCALE))
             cosine = self._cosine(pool, query_vector)
             bm25 = bm25_all[pool]
         else:

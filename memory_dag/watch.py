@@ -30,9 +30,8 @@ class WorkspaceChanges:
         return bool(self.new or self.changed or self.deleted)
 
     def summary(self) -> str:
-        return (
-            f"{len(self.new)} new, {len(self.changed)} changed, {len(self.deleted)} deleted"
-            + (f", {len(self.settling)} still being written" if self.settling else "")
+        return f"{len(self.new)} new, {len(self.changed)} changed, {len(self.deleted)} deleted" + (
+            f", {len(self.settling)} still being written" if self.settling else ""
         )
 
 
