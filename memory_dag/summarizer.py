@@ -62,6 +62,10 @@ _STOPWORD_TEXT = """
     what when where which while who whom why will with would you your yours yourself
     yourselves also yes ok okay oh well really like get got s t"""
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+#: `Name:` / `Two Names:` at the start of a line: a transcript's speaker label.
+_SPEAKER_LABEL = re.compile(r"^([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2}):", re.MULTILINE)
+#: Sentences with fewer content words are pleasantries ("Thanks, Gina!"), not summary material.
+MIN_CONTENT_WORDS = 5
 #: How strongly the extractive selection avoids sentences similar to ones already chosen.
 _REDUNDANCY_PENALTY = 0.5
 
@@ -472,8 +476,17 @@ def extract_sentences(text: str, budget: int, max_sentences: int | None = None) 
     sentences = split_sentences(text)
     if not sentences:
         return ""
+    # Speaker labels ("Gina: ...") are in every line of a chat: as words they would make
+    # "Thanks, Gina!" look central. Short pleasantries carry nothing worth keeping either.
+    stopwords = _STOPWORDS | _speaker_labels(text)
+    content_words = [
+        sum(1 for w in _WORD.findall(s.lower()) if w not in stopwords) for s in sentences
+    ]
+    substantial = [n >= MIN_CONTENT_WORDS for n in content_words]
+    if not any(substantial):
+        substantial = [True] * len(sentences)
     lengths = count_tokens_batch(sentences)
-    vectors = _tfidf(sentences)
+    vectors = _tfidf(sentences, stopwords)
     centroid = vectors.mean(axis=0)
     norm = float(np.linalg.norm(centroid))
     centrality = vectors @ (centroid / norm) if norm > 0 else np.zeros(len(sentences))
@@ -485,7 +498,7 @@ def extract_sentences(text: str, budget: int, max_sentences: int | None = None) 
     while len(chosen) < limit:
         best, best_score = -1, -math.inf
         for i in range(len(sentences)):
-            if i in chosen or used + lengths[i] > budget:
+            if i in chosen or used + lengths[i] > budget or not substantial[i]:
                 continue
             if chosen and centrality[i] <= 0:
                 continue  # no content words: only worth taking when nothing else is chosen
@@ -504,9 +517,17 @@ def extract_sentences(text: str, budget: int, max_sentences: int | None = None) 
     return " ".join(sentences[i] for i in sorted(chosen))
 
 
-def _tfidf(sentences: Sequence[str]) -> np.ndarray:
+def _speaker_labels(text: str) -> frozenset[str]:
+    """Lower-cased words of the `Name:` labels that start lines of a transcript."""
+    words: set[str] = set()
+    for label in _SPEAKER_LABEL.findall(text):
+        words.update(label.lower().split())
+    return frozenset(words)
+
+
+def _tfidf(sentences: Sequence[str], stopwords: frozenset[str] = _STOPWORDS) -> np.ndarray:
     """Row-normalized TF-IDF matrix (sublinear tf) over the content words of `sentences`."""
-    bags = [Counter(w for w in _WORD.findall(s.lower()) if w not in _STOPWORDS) for s in sentences]
+    bags = [Counter(w for w in _WORD.findall(s.lower()) if w not in stopwords) for s in sentences]
     vocabulary = {word: i for i, word in enumerate(sorted({w for bag in bags for w in bag}))}
     matrix = np.zeros((len(sentences), len(vocabulary)))
     for row, bag in enumerate(bags):
