@@ -4,7 +4,6 @@ The chunk and embedding checks are blocking: a broken chunk table or a mixed-dim
 embedding set must not be published into the search index.
 """
 
-
 import dagster as dg
 
 from assets.ingest import chunk_embeddings, chunks, search_index

@@ -4,7 +4,6 @@ All of them write the one DuckDB file, so all run in the `duckdb` pool (limit 1 
 instance's dagster.yaml): a sensor run, a schedule run and a UI click never collide.
 """
 
-
 import dagster as dg
 
 from assets.metadata import log_report, report_metadata
@@ -29,7 +28,7 @@ def _finish(
 def workspace_files(
     context: dg.AssetExecutionContext, config: RebuildConfig, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:
-    """Workspace notes and transcripts in `files`, `notes`, `episodes`; bad input in `ingest_errors`."""
+    """Notes and transcripts in `files`, `notes`, `episodes`; bad input in `ingest_errors`."""
     report = pipeline.sync_files(memory.settings(), force=config.force)
     return _finish(context, memory, report)
 
@@ -43,7 +42,7 @@ def chunks(
     return _finish(context, memory, report)
 
 
-@dg.asset(group_name="embed", pool="duckdb", kinds={"duckdb"}, deps=[chunks])
+@dg.asset(group_name="embed", pool="duckdb", kinds={"duckdb"}, deps=[chunks, dg.AssetKey("facts")])
 def chunk_embeddings(
     context: dg.AssetExecutionContext, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:
@@ -52,7 +51,12 @@ def chunk_embeddings(
     return _finish(context, memory, report)
 
 
-@dg.asset(group_name="index", pool="duckdb", kinds={"faiss"}, deps=[chunks, chunk_embeddings])
+@dg.asset(
+    group_name="index",
+    pool="duckdb",
+    kinds={"faiss"},
+    deps=[chunks, chunk_embeddings, dg.AssetKey("facts")],
+)
 def search_index(
     context: dg.AssetExecutionContext, config: RebuildConfig, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:

@@ -5,18 +5,20 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.ingest import INGEST_ASSETS
+from assets.write_path import WRITE_PATH_ASSETS
 
 _FORCEABLE = ["workspace_files", "chunks", "search_index", "chunks_fts"]
+_PIPELINE = dg.AssetSelection.assets(*INGEST_ASSETS, *WRITE_PATH_ASSETS)
 
 ingest_job = dg.define_asset_job(
     "ingest_job",
-    selection=dg.AssetSelection.assets(*INGEST_ASSETS),
-    description="Incremental sync: new, changed and deleted workspace files, then re-index.",
+    selection=_PIPELINE,
+    description="Incremental sync of the workspace, facts of closed sessions, entities, re-index.",
 )
 
 reindex_job = dg.define_asset_job(
     "reindex_job",
-    selection=dg.AssetSelection.assets(*INGEST_ASSETS),
+    selection=_PIPELINE,
     config={"ops": {name: {"config": {"force": True}} for name in _FORCEABLE}},
     description="Forced full reindex: re-read every file, re-chunk, rebuild every index.",
 )

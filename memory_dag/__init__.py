@@ -15,4 +15,12 @@ from memory_dag.pipeline import run_all as ingest
 from memory_dag.search import SearchFilters, SearchHit, search
 from memory_dag.store import open_store
 
-__all__ = ["SearchFilters", "SearchHit", "Settings", "StageReport", "ingest", "open_store", "search"]
+__all__ = [
+    "SearchFilters",
+    "SearchHit",
+    "Settings",
+    "StageReport",
+    "ingest",
+    "open_store",
+    "search",
+]

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from memory_dag.config import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -87,8 +89,7 @@ def _dagster_instance():  # -> dagster.DagsterInstance
         return dg.DagsterInstance.get()
     home = REPO_ROOT / "data" / "dagster_home"
     if (home / "dagster.yaml").exists():
-        os.environ["DAGSTER_HOME"] = str(home)
-        return dg.DagsterInstance.get()
+        return dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(home)))
     return dg.DagsterInstance.ephemeral()
 
 
@@ -97,8 +98,12 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
     import dagster as dg
 
     from assets.checks import INGEST_CHECKS
-    from assets.ingest import INGEST_ASSETS
+    from assets.ingest import INGEST_ASSETS, chunk_embeddings, search_index
     from assets.resources import MemoryStoreResource
+    from assets.summaries import SUMMARY_ASSETS
+    from assets.summaries import conversations as PARTITIONS
+    from assets.write_path import WRITE_PATH_ASSETS
+    from memory_dag.conversation_summaries import conversation_ids
 
     resource = MemoryStoreResource(
         workspace=str(settings.workspace),
@@ -116,22 +121,57 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
         }
     if progress:
         print("materializing the ingest assets with Dagster (in-process)", file=sys.stderr)
-    result = dg.materialize(
-        [*INGEST_ASSETS, *INGEST_CHECKS],
-        resources={"memory": resource},
-        instance=_dagster_instance(),
-        run_config=run_config,
-        raise_on_error=True,
-    )
-    stages: dict[str, Any] = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.materialization
-        name = materialization.asset_key.to_user_string()
-        stages[name] = {key: _metadata_value(v) for key, v in materialization.metadata.items()}
-    for evaluation in result.get_asset_check_evaluations():
-        stages.setdefault("checks", {})[evaluation.check_name] = (
-            "passed" if evaluation.passed else "FAILED"
+    instance = _dagster_instance()
+    resources = {"memory": resource}
+    results = [
+        dg.materialize(
+            [*INGEST_ASSETS, *WRITE_PATH_ASSETS, *INGEST_CHECKS],
+            resources=resources,
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=True,
         )
+    ]
+    # One run per conversation partition of the summaries, then index what they wrote.
+    conversations = conversation_ids(settings)
+    if conversations:
+        instance.add_dynamic_partitions(PARTITIONS.name, conversations)
+        quiet = {"loggers": run_config["loggers"]}
+        for conversation in conversations:
+            if progress:
+                print(f"summarizing {conversation}", file=sys.stderr, flush=True)
+            results.append(
+                dg.materialize(
+                    SUMMARY_ASSETS,
+                    resources=resources,
+                    instance=instance,
+                    partition_key=conversation,
+                    run_config=quiet,
+                )
+            )
+        results.append(
+            dg.materialize(
+                [chunk_embeddings, search_index, *INGEST_CHECKS],
+                selection=[chunk_embeddings, search_index],
+                resources=resources,
+                instance=instance,
+                run_config=quiet,
+            )
+        )
+    stages: dict[str, Any] = {}
+    for result in results:
+        for event in result.get_asset_materialization_events():
+            materialization = event.materialization
+            name = materialization.asset_key.to_user_string()
+            if event.partition:
+                name = f"{name}[{event.partition}]"
+            if name in stages:  # the re-index after the summaries
+                name = f"{name} (after summaries)"
+            stages[name] = {k: _metadata_value(v) for k, v in materialization.metadata.items()}
+        for evaluation in result.get_asset_check_evaluations():
+            stages.setdefault("checks", {})[evaluation.check_name] = (
+                "passed" if evaluation.passed else "FAILED"
+            )
     return stages
 
 
@@ -143,7 +183,17 @@ def _metadata_value(value: Any) -> Any:
 def _table_counts(settings: Settings) -> dict[str, int]:
     from memory_dag.store import open_store
 
-    tables = ["files", "episodes", "notes", "chunks", "embedding_cache", "ingest_errors"]
+    tables = [
+        "files",
+        "episodes",
+        "notes",
+        "chunks",
+        "facts",
+        "entities",
+        "summaries",
+        "embedding_cache",
+        "ingest_errors",
+    ]
     with open_store(settings.db_path, read_only=True) as con:
         return {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables}
 
@@ -298,9 +348,23 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--session")
     search.add_argument("--source", choices=["memory", "sessions"])
     search.add_argument("--path", help="a file, or a folder ending in /")
-    search.add_argument("--kind", choices=["note", "entry", "transcript"])
+    search.add_argument(
+        "--kind",
+        choices=[
+            "note",
+            "entry",
+            "transcript",
+            "fact",
+            "summary",
+            "reflection",
+            "insight",
+            "procedural",
+        ],
+    )
     search.add_argument("--min-score", type=float, default=None, help="default 0.35")
-    search.add_argument("--fusion", choices=["blend", "rrf"], default="blend")
+    search.add_argument(
+        "--fusion", choices=["zscore", "blend", "rrf"], default=None, help="default zscore"
+    )
     search.set_defaults(func=cmd_search)
 
     sql = commands.add_parser("sql", parents=[common], help="run SQL on the store (read-only)")
@@ -327,9 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_modules() -> list[Any]:
     """Command groups kept beside the code they drive (memory operations, summaries, ...)."""
-    from memory_dag import cli_memory, cli_summaries
+    from memory_dag import cli_memory, cli_query, cli_summaries
 
-    return [cli_memory.register, cli_summaries.register]
+    return [cli_memory.register, cli_query.register, cli_summaries.register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -339,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as error:
         print(f"memory-dag: {error}", file=sys.stderr)
         return 2
+    except duckdb.Error as error:
+        print(f"memory-dag: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

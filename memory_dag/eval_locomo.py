@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -22,7 +23,7 @@ from typing import Any
 
 from memory_dag.config import Settings
 from memory_dag.pipeline import run_all
-from memory_dag.search import SearchFilters, Searcher
+from memory_dag.search import Searcher, SearchFilters
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 _EVIDENCE = re.compile(r"D\d+:\d+")
@@ -138,6 +139,7 @@ def evaluate_locomo(
     with tempfile.TemporaryDirectory(prefix="locomo-") as scratch:
         root = store_dir or Path(scratch)
         workspace = root / "workspace"
+        shutil.rmtree(workspace, ignore_errors=True)  # a reused --store holds no stale sessions
         corpus = write_workspace(files, workspace)
         run_settings = (settings or Settings.load()).model_copy(
             update={

@@ -234,7 +234,8 @@ def load_index(index_dir: Path) -> PublishedIndex:
         folder=folder,
         manifest=manifest,
         faiss_index=faiss_index,
-        vectors=np.load(folder / "vectors.npy", mmap_mode="r"),
+        # In memory, not memory-mapped: a conversation's rows are a slice (no page faults).
+        vectors=np.load(folder / "vectors.npy"),
         text=TextIndex.load(folder / "bm25", table.num_rows),
         rows=rows,
         rows_by_conversation=_group_rows(rows["conversation_id"]),

@@ -35,6 +35,8 @@ from memory_dag.sources import (
 from memory_dag.store import fetch_dicts, get_meta, insert_arrow, load_fts, open_store, set_meta
 
 PREVIEW_ROWS = 10
+#: Embeddings are written to the store in groups of about this many rows.
+EMBED_FLUSH_ROWS = 50_000
 
 
 @dataclass
@@ -569,21 +571,36 @@ def embed_chunks(settings: Settings, *, progress: bool = False) -> StageReport:
         batch = max(1, settings.embedding_batch_size) * 8
         bar = _progress_bar(len(texts), "embedding", progress)
         written = 0
+        pending: list[pa.Table] = []
+
+        def flush() -> int:
+            # One connection per ~50k vectors: reopening (and checkpointing) per batch made
+            # this stage quadratic; one insert at the very end would lose a crash's progress.
+            if not pending:
+                return 0
+            with open_store(settings.db_path) as con:
+                count = insert_arrow(con, "embedding_cache", pa.concat_tables(pending))
+            pending.clear()
+            return count
+
         for start in range(0, len(texts), batch):
             vectors = provider.embed(texts[start : start + batch])
-            rows = pa.table(
-                {
-                    "provider": pa.array([provider.name] * len(vectors)),
-                    "model": pa.array([provider.model] * len(vectors)),
-                    "hash": pa.array(hashes[start : start + batch]),
-                    "dims": pa.array([provider.dims] * len(vectors), type=pa.int32()),
-                    "embedding": _vectors_to_arrow(vectors),
-                    "created_at": pa.array([_now()] * len(vectors), type=_TS),
-                }
+            pending.append(
+                pa.table(
+                    {
+                        "provider": pa.array([provider.name] * len(vectors)),
+                        "model": pa.array([provider.model] * len(vectors)),
+                        "hash": pa.array(hashes[start : start + batch]),
+                        "dims": pa.array([provider.dims] * len(vectors), type=pa.int32()),
+                        "embedding": _vectors_to_arrow(vectors),
+                        "created_at": pa.array([_now()] * len(vectors), type=_TS),
+                    }
+                )
             )
-            with open_store(settings.db_path) as con:
-                written += insert_arrow(con, "embedding_cache", rows)
+            if sum(t.num_rows for t in pending) >= EMBED_FLUSH_ROWS:
+                written += flush()
             bar.update(len(vectors))
+        written += flush()
         bar.close()
         with open_store(settings.db_path) as con:
             set_meta(con, "embedding_provider", provider.name)

@@ -28,7 +28,6 @@ def _validate(frame: Any, expectations: list[Any]) -> CheckOutcome:
     """Run `expectations` on a pandas frame; failures name the expectation and its numbers."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
-
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")

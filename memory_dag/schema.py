@@ -45,7 +45,8 @@ MIGRATIONS: list[str] = [
 
     CREATE TABLE IF NOT EXISTS memories (
         id              TEXT PRIMARY KEY,
-        kind            TEXT NOT NULL,      -- episode | fact | summary | reflection | insight | procedural
+        -- kind: episode | fact | summary | reflection | insight | procedural
+        kind            TEXT NOT NULL,
         content         TEXT NOT NULL,
         conversation_id TEXT,
         session_id      TEXT,
@@ -193,14 +194,16 @@ MIGRATIONS: list[str] = [
         conversation_id TEXT NOT NULL,
         rev             BIGINT NOT NULL,
         memory_id       TEXT,
-        event           TEXT NOT NULL,      -- created | updated | merged | deleted | soft_deleted | restored
+        -- event: created | updated | merged | deleted | soft_deleted | restored
+        event           TEXT NOT NULL,
         meta            JSON,
         ts              TIMESTAMPTZ NOT NULL DEFAULT now()
     );
 
     -- Seed 004: a session is registered when first seen and consolidated once.
     CREATE TABLE IF NOT EXISTS sessions_consolidations (
-        path            TEXT PRIMARY KEY,   -- the transcript file: session ids repeat across conversations
+        -- the transcript file: session ids repeat across conversations
+        path            TEXT PRIMARY KEY,
         session_id      TEXT NOT NULL,
         conversation_id TEXT,
         first_seen_at   TIMESTAMPTZ NOT NULL,

@@ -85,6 +85,9 @@ class SearchFilters:
     pinned: bool | None = None
     updated_after: datetime | None = None
     updated_before: datetime | None = None
+    #: Kinds left out unless `kind` asks for them: procedural memories are execution hints
+    #: for the agents that request them (seed 003 §12), not conversational context.
+    exclude_kinds: tuple[str, ...] = ("procedural",)
 
 
 _EQUALITY_FILTERS = ("source", "kind", "role", "speaker", "category", "user_id", "agent_id")
@@ -119,6 +122,11 @@ def allowed_rows(index: PublishedIndex, filters: SearchFilters) -> np.ndarray | 
             lookup[v] for v in ([wanted] if isinstance(wanted, str) else wanted) if v in lookup
         ]
         keep(lambda r, codes=codes, accepted=accepted: np.isin(codes[r], accepted))
+    if filters.kind is None and filters.exclude_kinds:
+        codes, lookup = index.codes["kind"]
+        excluded = [lookup[k] for k in filters.exclude_kinds if k in lookup]
+        if excluded:
+            keep(lambda r: ~np.isin(codes[r], excluded))
     if filters.path is not None:
         codes, lookup = index.codes["path"]
         prefix = filters.path
@@ -168,6 +176,8 @@ class Searcher:
         self.provider = get_provider(query_settings) if manifest["dims"] else None
         sample = np.random.default_rng(0).permutation(self.index.size)[:STATS_SAMPLE_ROWS]
         self._stats_sample = np.sort(sample)
+        self._sample_vectors = np.asarray(self.index.vectors[self._stats_sample])
+        self._speakers_by_scope: dict[object, np.ndarray] = {}
 
     def search(
         self,
@@ -183,20 +193,22 @@ class Searcher:
         min_score = settings.min_score if min_score is None else min_score
         fusion = fusion or settings.fusion
         index = self.index
-        scope = allowed_rows(index, filters or SearchFilters())
+        filters = filters or SearchFilters()
+        scope = allowed_rows(index, filters)
         if index.size == 0 or k <= 0 or (scope is not None and len(scope) == 0):
             return []
         scope_rows = np.arange(index.size) if scope is None else scope
 
-        query_text, named_speaker = self._speaker_aware_query(query, scope_rows)
+        query_text, named_speaker = self._speaker_aware_query(
+            query, scope_rows, self._scope_key(filters, scope)
+        )
         bm25_all = index.text.scores(query_text)
         query_vector = self.provider.embed([query_text])[0] if self.provider is not None else None
 
         if fusion == "zscore":
-            pool, scores = self._zscore(scope, scope_rows, bm25_all, query_vector, k)
+            pool, cosine, scores = self._zscore(scope, scope_rows, bm25_all, query_vector, k)
             scores = self._context_boosts(pool, scores, named_speaker)
             final = 1.0 / (1.0 + np.exp(-scores / ZSCORE_SCALE))
-            cosine = self._cosine(pool, query_vector)
             bm25 = bm25_all[pool]
         else:
             pool = self._candidates(scope, scope_rows, bm25_all, query_vector, k)
@@ -223,11 +235,25 @@ class Searcher:
 
     # --- query understanding -----------------------------------------------------------------
 
-    def _speaker_aware_query(self, query: str, scope_rows: np.ndarray) -> tuple[str, int | None]:
+    @staticmethod
+    def _scope_key(filters: SearchFilters, scope: np.ndarray | None) -> object:
+        """A cache key for the scope's participants: the whole index or one conversation."""
+        if scope is None:
+            return "*"
+        only_conversation = SearchFilters(conversation=filters.conversation)
+        return ("conversation", filters.conversation) if filters == only_conversation else None
+
+    def _speaker_aware_query(
+        self, query: str, scope_rows: np.ndarray, scope_key: object = None
+    ) -> tuple[str, int | None]:
         """The query without participant names, and the one participant it names (if one)."""
         if not self.settings.speaker_aware or not self.index.speakers:
             return query, None
-        codes = np.unique(self.index.speaker_code[scope_rows])
+        codes = self._speakers_by_scope.get(scope_key) if scope_key is not None else None
+        if codes is None:
+            codes = np.unique(self.index.speaker_code[scope_rows])
+            if scope_key is not None:
+                self._speakers_by_scope[scope_key] = codes
         speakers = [self.index.speakers[c] for c in codes if c >= 0]
         if not speakers:
             return query, None
@@ -247,7 +273,10 @@ class Searcher:
     def _cosine(self, rows: np.ndarray, query_vector: np.ndarray | None) -> np.ndarray:
         if query_vector is None or len(rows) == 0:
             return np.zeros(len(rows), dtype=np.float32)
-        return np.asarray(self.index.vectors[rows]) @ query_vector
+        first, last = int(rows[0]), int(rows[-1])
+        if last - first + 1 == len(rows):  # a conversation is a contiguous block: no copy
+            return self.index.vectors[first : last + 1] @ query_vector
+        return self.index.vectors[rows] @ query_vector
 
     def _candidates(
         self,
@@ -277,8 +306,9 @@ class Searcher:
         bm25_all: np.ndarray,
         query_vector: np.ndarray | None,
         k: int,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Standardised BM25 + standardised cosine, over the whole scope when it is small.
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pool, cosine, fused score): standardised BM25 + standardised cosine, over the whole
+        scope when it is small.
 
         A large scope is scored on its candidates and their neighbours; the cosine mean and
         spread then come from a fixed sample of the scope rather than from every row.
@@ -295,17 +325,21 @@ class Searcher:
             )
             pool = np.unique(np.concatenate([candidates, neighbours[neighbours >= 0]]))
             cosine = self._cosine(pool, query_vector)
-            sample = self._stats_sample if scope is None else scope_rows[:STATS_SAMPLE_ROWS]
-            sampled = self._cosine(sample, query_vector)
+            if query_vector is None:
+                sampled = np.zeros(1)
+            elif scope is None:
+                sampled = self._sample_vectors @ query_vector
+            else:
+                sampled = self._cosine(scope_rows[:STATS_SAMPLE_ROWS], query_vector)
             cos_mean, cos_std = float(sampled.mean()), float(sampled.std())
-        scoped_bm25 = bm25_all[scope_rows]
+        scoped_bm25 = bm25_all if scope is None else bm25_all[scope_rows]
         bm25_z = _standardise(bm25_all[pool], float(scoped_bm25.mean()), float(scoped_bm25.std()))
         cos_z = _standardise(cosine, cos_mean, cos_std)
         w_text, w_vec = settings.text_weight, settings.vector_weight
         if query_vector is None:
             w_vec = 0.0
         total = (w_text + w_vec) / 2 or 1.0
-        return pool, (w_text * bm25_z + w_vec * cos_z) / total
+        return pool, cosine, (w_text * bm25_z + w_vec * cos_z) / total
 
     def _context_boosts(
         self, pool: np.ndarray, scores: np.ndarray, named_speaker: int | None

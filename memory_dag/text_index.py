@@ -46,12 +46,21 @@ def tokenize(text: str) -> list[str]:
 
 
 def tokenize_many(texts: list[str]) -> list[list[str]]:
+    """`tokenize` for a corpus: each distinct word is stemmed once."""
     stop = _stopwords()
-    stemmer = _stemmer()
+    stem = _stemmer().stemWord
+    stems: dict[str, str] = {}
     out: list[list[str]] = []
     for text in texts:
-        words = [w for w in TOKEN_PATTERN.findall(text.lower()) if w not in stop]
-        out.append(stemmer.stemWords(words))
+        terms = []
+        for word in TOKEN_PATTERN.findall(text.lower()):
+            if word in stop:
+                continue
+            term = stems.get(word)
+            if term is None:
+                term = stems[word] = stem(word)
+            terms.append(term)
+        out.append(terms)
     return out
 
 

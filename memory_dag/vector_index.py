@@ -57,6 +57,12 @@ def search_faiss(index: faiss.Index, query: np.ndarray, k: int) -> tuple[np.ndar
     """(rows, cosine scores) of the `k` nearest rows; rows of -1 (not found) are dropped."""
     if index.ntotal == 0 or k <= 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-    scores, rows = index.search(query.reshape(1, -1).astype(np.float32), min(k, index.ntotal))
+    # One query gains nothing from OpenMP threads, and on a busy machine they spin-wait.
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        scores, rows = index.search(query.reshape(1, -1).astype(np.float32), min(k, index.ntotal))
+    finally:
+        faiss.omp_set_num_threads(threads)
     keep = rows[0] >= 0
     return rows[0][keep], scores[0][keep]

@@ -10,4 +10,15 @@ TIMEZONE = os.environ.get("MEMORY_DAG_TIMEZONE", "UTC")
 CRONS: dict[str, str] = {
     # Periodic full sync of the workspace (the sensor handles changes between syncs).
     "full_sync": "0 * * * *",
+    # Nightly maintenance (issue 5; seed 004, seed 003 §3, §4, §7).
+    "entity_enrichment": "0 2 * * *",
+    "session_consolidation": "0 3 * * *",
+    "dedup_merge": "30 3 * * *",
+    "decay": "0 4 * * *",
+    "lifecycle": "30 4 * * *",
+    "weekly_reflection": "0 3 * * 0",  # Sundays
+    # Background insights: every 4 hours; each scope gets at most one run per 24 h.
+    "insights": "45 */4 * * *",
+    # Retrieval quality on the configured evaluation set, after the night's maintenance.
+    "retrieval_evaluation": "0 5 * * *",
 }

@@ -6,7 +6,6 @@ fingerprint of every file's hash, so the same change never runs twice, even afte
 cursor reset.
 """
 
-
 import json
 from pathlib import Path
 

@@ -43,22 +43,39 @@ def workspace(tmp_path: Path) -> Path:
     write_jsonl(
         root / "sessions" / "conv-a" / "s1.jsonl",
         [
-            {"role": "user", "content": "I adopted a cat named Miso last week.", "id": "t1",
-             "name": "Dana", "created_at": "2026-03-01T10:00:00Z"},
-            {"type": "message", "message": {"role": "assistant", "content": [
-                {"type": "text", "text": "Congratulations on adopting Miso!"}]}},
-            {"role": "user", "content": "My sister Priya lives in Toronto.", "id": "t3",
-             "name": "Dana"},
+            {
+                "role": "user",
+                "content": "I adopted a cat named Miso last week.",
+                "id": "t1",
+                "name": "Dana",
+                "created_at": "2026-03-01T10:00:00Z",
+            },
+            {
+                "type": "message",
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "Congratulations on adopting Miso!"}],
+                },
+            },
+            {
+                "role": "user",
+                "content": "My sister Priya lives in Toronto.",
+                "id": "t3",
+                "name": "Dana",
+            },
         ],
     )
     write_jsonl(
         root / "sessions" / "conv-a" / "s2.jsonl",
         [
-            {"role": "user", "content": "Miso knocked over the basil plant.", "id": "u1",
-             "name": "Dana"},
+            {
+                "role": "user",
+                "content": "Miso knocked over the basil plant.",
+                "id": "u1",
+                "name": "Dana",
+            },
             '{"role": "user", "content": "this line is broken',
-            {"role": "assistant", "content": "Maybe move the basil somewhere higher.",
-             "id": "u3"},
+            {"role": "assistant", "content": "Maybe move the basil somewhere higher.", "id": "u3"},
         ],
     )
     write_jsonl(

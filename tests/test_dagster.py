@@ -64,7 +64,9 @@ def test_materialize_every_asset_with_metadata_and_checks(settings: Settings) ->
         assert set(metadata) == {a.key.to_user_string() for a in INGEST_ASSETS}
         assert metadata["workspace_files"]["new"].value == 6
         assert metadata["workspace_files"]["errors"].value == 1
-        assert "sessions/conv-a/s2.jsonl | 2 |" in metadata["workspace_files"]["error_details"].value
+        assert (
+            "sessions/conv-a/s2.jsonl | 2 |" in metadata["workspace_files"]["error_details"].value
+        )
         assert metadata["chunks"]["chunks"].value == 9
         assert metadata["search_index"]["rows"].value == 9
         assert "preview" in metadata["chunks"]
@@ -146,8 +148,9 @@ def test_sensor_ignores_a_touch_and_waits_for_files_being_written(settings: Sett
     touched = evaluate(cursor, settings)
     assert touched.run_requests == []
 
-    write_jsonl(workspace / "sessions" / "conv-c" / "new.jsonl", [{"role": "user",
-                                                                  "content": "hello"}])
+    write_jsonl(
+        workspace / "sessions" / "conv-c" / "new.jsonl", [{"role": "user", "content": "hello"}]
+    )
     settling = evaluate(touched.cursor, settings)  # written just now: not yet
     assert settling.run_requests == []
     assert "still being written" in settling.skip_reason.skip_message

@@ -48,8 +48,10 @@ def test_first_run_fills_every_table(settings: Settings) -> None:
         ("s1:2", "assistant", None, "s1", "conv-a", 2),
         ("t3", "user", "Dana", "s1", "conv-a", 3),
     ]
-    entry = counts(settings, "SELECT entry_id, role, conversation_id, created_at FROM notes "
-                   "WHERE kind = 'entry'")
+    entry = counts(
+        settings,
+        "SELECT entry_id, role, conversation_id, created_at FROM notes WHERE kind = 'entry'",
+    )
     assert entry[0][:3] == ("fact-1", "memory", "trip")
     assert entry[0][3].year == 2026
     # Every chunk is embedded with the recorded dimensions and indexed.

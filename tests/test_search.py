@@ -75,15 +75,24 @@ def test_blend_weights_vector_and_text_scores(tmp_path: Path) -> None:
     vectors = np.eye(3, 256, dtype=np.float32)
     rows = pa.table(
         {
-            "id": ["a", "b", "c"], "kind": ["note"] * 3, "source": ["memory"] * 3,
-            "path": ["x.md"] * 3, "start_line": [1, 2, 3], "end_line": [1, 2, 3],
-            "text": texts, "search_text": texts, "speaker": [None] * 3,
-            "turn_ids": [[], [], []], "conversation_id": [None] * 3,
-            "session_id": [None] * 3, "event_time": [None] * 3,
+            "id": ["a", "b", "c"],
+            "kind": ["note"] * 3,
+            "source": ["memory"] * 3,
+            "path": ["x.md"] * 3,
+            "start_line": [1, 2, 3],
+            "end_line": [1, 2, 3],
+            "text": texts,
+            "search_text": texts,
+            "speaker": [None] * 3,
+            "turn_ids": [[], [], []],
+            "conversation_id": [None] * 3,
+            "session_id": [None] * 3,
+            "event_time": [None] * 3,
         }
     )
-    publish_index(tmp_path, rows, vectors, provider="wordllama", model="l2_supercat_256",
-                  fingerprint="x")
+    publish_index(
+        tmp_path, rows, vectors, provider="wordllama", model="l2_supercat_256", fingerprint="x"
+    )
     searcher = Searcher(Settings(index_dir=tmp_path, vector_weight=0.7, text_weight=0.3))
     query_vector = searcher.provider.embed(["alpha"])[0]
     hits = searcher.search("alpha", k=3, min_score=0.0, fusion="blend")

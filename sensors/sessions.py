@@ -1,0 +1,50 @@
+"""The sessions sensor: a new session closes the older ones, so their facts are consolidated.
+
+Filesystem only (sensors never open DuckDB). It keeps the session files it has seen in its
+cursor and asks for one `ingest_job` run when a conversation gains a session, or when an older
+(already closed) session's transcript changes. The run key is a fingerprint of those
+conversations' transcripts, so the same change never runs twice, even after a cursor reset.
+"""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from assets.jobs import ingest_job
+from assets.resources import MemoryStoreResource
+from memory_dag.write_path import scan_sessions, sessions_fingerprint
+
+#: Files younger than this are being written: looked at next time (seed 002's debounce).
+DEBOUNCE_SECONDS = 1.5
+
+
+@dg.sensor(
+    job=ingest_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Consolidates closed sessions into facts when a conversation starts a new one.",
+)
+def sessions_sensor(
+    context: dg.SensorEvaluationContext, memory: MemoryStoreResource
+) -> dg.SensorResult:
+    previous = json.loads(context.cursor) if context.cursor else {}
+    workspace = Path(memory.settings().workspace)
+    changes, state = scan_sessions(workspace, previous, debounce_seconds=DEBOUNCE_SECONDS)
+    cursor = json.dumps(state, sort_keys=True)
+    if not changes.conversations:
+        return dg.SensorResult(
+            skip_reason=f"no session closed ({changes.summary()})", cursor=cursor
+        )
+    request = dg.RunRequest(
+        run_key=f"sessions-{sessions_fingerprint(state, changes.conversations)}",
+        tags={
+            "memory_dag/conversations": ", ".join(changes.conversations)[:200],
+            "memory_dag/changes": changes.summary(),
+        },
+    )
+    context.log.info(f"sessions changed in {len(changes.conversations)} conversations")
+    return dg.SensorResult(run_requests=[request], cursor=cursor)
+
+
+SENSORS = [sessions_sensor]
