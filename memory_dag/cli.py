@@ -89,7 +89,9 @@ def _dagster_instance():  # -> dagster.DagsterInstance
         return dg.DagsterInstance.get()
     home = REPO_ROOT / "data" / "dagster_home"
     if (home / "dagster.yaml").exists():
-        return dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(home)))
+        from dagster._core.instance.ref import InstanceRef
+
+        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
     return dg.DagsterInstance.ephemeral()
 
 
@@ -283,6 +285,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from memory_dag.eval_locomo import evaluate_locomo, format_report
 
     ks = [int(k) for k in args.k.split(",") if k.strip()]
+    if args.stages:
+        from memory_dag.eval_stages import evaluate_stages, format_stage_report
+
+        report = evaluate_stages(
+            Path(args.data),
+            ks=ks,
+            store_dir=Path(args.store) if args.store else None,
+            reranker_model=args.reranker,
+            progress=not args.json,
+        )
+        if args.json:
+            _print_json(report)
+        else:
+            print(format_stage_report(report))
+        return 0
     report = evaluate_locomo(
         Path(args.data),
         ks=ks,
@@ -377,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     locomo.add_argument("data", help="folder of LoCoMo conversation JSON files")
     locomo.add_argument("--k", default="1,5,10,25", help="comma-separated cut-offs")
     locomo.add_argument("--store", help="keep the evaluation store in this folder")
+    locomo.add_argument("--stages", action="store_true", help="recall per read-path stage")
+    locomo.add_argument("--reranker", help="ONNX cross-encoder for the + rerank stage")
     locomo.set_defaults(func=cmd_eval)
 
     for register in _command_modules():

@@ -8,6 +8,7 @@ run one at a time anyway: the in-process executor saves a Python process start p
 import dagster as dg
 
 from assets.checks import INGEST_CHECKS
+from assets.evaluation import RETRIEVAL_ASSETS, RETRIEVAL_JOBS, RETRIEVAL_SCHEDULES
 from assets.ingest import INGEST_ASSETS
 from assets.jobs import JOBS
 from assets.maintenance import MAINTENANCE_ASSETS, MAINTENANCE_JOBS
@@ -21,11 +22,17 @@ from sensors.sessions import SENSORS as SESSION_SENSORS
 from sensors.workspace import SENSORS
 
 defs = dg.Definitions(
-    assets=[*INGEST_ASSETS, *WRITE_PATH_ASSETS, *SUMMARY_ASSETS, *MAINTENANCE_ASSETS],
+    assets=[
+        *INGEST_ASSETS,
+        *WRITE_PATH_ASSETS,
+        *SUMMARY_ASSETS,
+        *MAINTENANCE_ASSETS,
+        *RETRIEVAL_ASSETS,
+    ],
     asset_checks=INGEST_CHECKS,
-    jobs=[*JOBS, *SUMMARY_JOBS, *MAINTENANCE_JOBS],
+    jobs=[*JOBS, *SUMMARY_JOBS, *MAINTENANCE_JOBS, *RETRIEVAL_JOBS],
     sensors=[*SENSORS, *SESSION_SENSORS, *SUMMARY_SENSORS],
-    schedules=[*SCHEDULES, *MAINTENANCE_SCHEDULES],
+    schedules=[*SCHEDULES, *MAINTENANCE_SCHEDULES, *RETRIEVAL_SCHEDULES],
     resources={"memory": MemoryStoreResource()},
     executor=dg.in_process_executor,
 )

@@ -176,7 +176,7 @@ def evaluate_locomo(
     return _report(per_question, ks, corpus, ingest_seconds, timings)
 
 
-def _mean_recall(rows: list[dict[str, Any]], ks: list[int]) -> dict[str, float]:
+def mean_recall(rows: list[dict[str, Any]], ks: list[int]) -> dict[str, float]:
     return {
         f"recall@{k}": round(statistics.fmean(r["recall"][k] for r in rows), 4) if rows else 0.0
         for k in ks
@@ -193,14 +193,14 @@ def _report(
     by_category = {}
     for number, name in CATEGORIES.items():
         subset = [r for r in rows if r["category"] == number]
-        by_category[name] = {**_mean_recall(subset, ks), "questions": len(subset)}
+        by_category[name] = {**mean_recall(subset, ks), "questions": len(subset)}
     by_conversation = {}
     for conversation in sorted({r["conversation"] for r in rows}):
         subset = [r for r in rows if r["conversation"] == conversation]
-        by_conversation[conversation] = {**_mean_recall(subset, ks), "questions": len(subset)}
+        by_conversation[conversation] = {**mean_recall(subset, ks), "questions": len(subset)}
     ordered = sorted(timings)
     return {
-        "overall": _mean_recall(rows, ks),
+        "overall": mean_recall(rows, ks),
         "by_category": by_category,
         "by_conversation": by_conversation,
         "questions": len(rows),

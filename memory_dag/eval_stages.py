@@ -28,7 +28,7 @@ from typing import Any
 from memory_dag.config import Settings
 from memory_dag.eval_locomo import (
     CATEGORIES,
-    _mean_recall,
+    mean_recall,
     questions,
     ranked_turns,
     write_workspace,
@@ -148,11 +148,11 @@ def _run(
             }
         )
     by_category = {
-        name: _mean_recall([r for r in rows if r["category"] == number], ks)
+        name: mean_recall([r for r in rows if r["category"] == number], ks)
         for number, name in CATEGORIES.items()
     }
     return {
-        "overall": _mean_recall(rows, ks),
+        "overall": mean_recall(rows, ks),
         "by_category": by_category,
         "stages": sorted(stages),
         "query_ms_p50": round(statistics.median(timings), 2) if timings else 0.0,

@@ -409,7 +409,9 @@ _NOW_WORDS = re.compile(r"\b(?:now|these\s+days|nowadays)\b", re.IGNORECASE)
 _CLAUSE_SPLIT = re.compile(
     r"\s*;\s*|\s+[-–—]+\s+|,?\s+(?:and|but|so|because|(?:even\s+)?(?:although|though)|plus|"
     r"while|since)\s+"
-    r"(?=(?:i|i'm|i've|i'd|im|my|he|she|it|they|we|you)\b)|,\s*(?=(?:i|i'm|i've|i'd|im|my)\b)",
+    r"(?=(?:i|i'm|i've|i'd|im|my|he|she|it|they|we|you)\b)"
+    # A comma before a new subject starts a new clause: "I love pizza, it's my favourite".
+    r"|,\s*(?=(?:i|i'm|i've|i'd|im|my|he|she|it|it's|they|we|you)\b)",
     re.IGNORECASE,
 )
 _QUESTION_START = re.compile(

@@ -62,6 +62,9 @@ ROW_SCHEMA = pa.schema(
     ]
 )
 
+#: Kinds of rows that are pieces of workspace files (the rest are derived memories).
+CHUNK_KINDS = frozenset({"note", "entry", "transcript"})
+
 #: Text columns that searches can filter on by equality, kept as integer codes in memory.
 CODED_COLUMNS = (
     "kind",
@@ -218,7 +221,14 @@ def load_index(index_dir: Path) -> PublishedIndex:
     faiss_path = folder / "vectors.faiss"
     faiss_index = load_faiss(faiss_path) if faiss_path.exists() else faiss.IndexFlatIP(1)
     codes = {column: _value_codes(rows[column]) for column in CODED_COLUMNS}
-    path_code = codes["path"][0]
+    # Neighbours and sessions are runs of chunks of one file; a derived memory (a fact, a
+    # summary) stands alone even when it records the file it came from.
+    path_code = _value_codes(
+        [
+            path if kind in CHUNK_KINDS else f"{kind}:{row_id}"
+            for path, kind, row_id in zip(rows["path"], rows["kind"], rows["id"], strict=True)
+        ]
+    )[0]
     same_as_previous = np.zeros(len(path_code), dtype=bool)
     same_as_previous[1:] = path_code[1:] == path_code[:-1]
     positions = np.arange(len(path_code))

@@ -21,4 +21,6 @@ CRONS: dict[str, str] = {
     "insights": "45 */4 * * *",
     # Retrieval quality on the configured evaluation set, after the night's maintenance.
     "retrieval_evaluation": "0 5 * * *",
+    # Access counts queued by reads, applied before the night's decay and TTL read them.
+    "memory_access": "50 * * * *",
 }

@@ -310,3 +310,11 @@ def test_llm_extraction_timeout(openai_server: ScriptedOpenAIServer) -> None:
 def test_llm_extraction_skips_blank_turns(openai_server: ScriptedOpenAIServer) -> None:
     assert extract_facts_llm(make_llm(openai_server), "   ", None, "t1") == ([], None)
     assert openai_server.chat_requests == []
+
+
+def test_a_comma_before_a_new_subject_starts_a_new_clause() -> None:
+    """The second clause's pronoun must not sink the first clause's fact."""
+    facts = extract_facts_rules("I love pizza, it's honestly my favourite food.", "Sam", "t1")
+    assert [f.text for f in facts] == ["Sam loves pizza."]
+    facts = extract_facts_rules("My wife is Anne, she found a job at a vet clinic.", "Sam", "t2")
+    assert [f.text for f in facts] == ["Sam's wife is named Anne."]
