@@ -205,7 +205,7 @@ def _group_rows(values: list[Any]) -> dict[Any, np.ndarray]:
 
 
 def load_index(index_dir: Path) -> PublishedIndex:
-    """Load the current version (memory-mapped vectors, BM25 and row table in memory)."""
+    """Load the current version: vectors, BM25 and the row table, all in memory."""
     name = current_version(index_dir)
     if name is None:
         raise IndexNotBuiltError(f"no search index in {index_dir}: run `memory-dag ingest` first")
