@@ -76,8 +76,8 @@ from memory_dag.reconcile import (
     reconcile_llm,
     reconcile_rules,
 )
-from memory_dag.sources import discover_files, file_stat, hash_bytes
 from memory_dag.store import fetch_dicts, open_store
+from memory_dag.watch import scan_workspace
 
 ACTOR = "write_path"
 NODE = "facts"
@@ -683,39 +683,31 @@ def scan_sessions(
     (a consolidated transcript was edited). Changes to the newest, live session do not count:
     it is consolidated when the next session starts.
     """
-    now = time.time() if now is None else now
-    changes = SessionFileChanges()
-    state: SessionFiles = {}
+    files, seen = scan_workspace(
+        workspace,
+        {key: entry[:3] for key, entry in previous.items()},
+        debounce_seconds=debounce_seconds,
+        now=now,
+    )
+
+    def transcripts(keys: list[str]) -> list[str]:
+        return [k for k in keys if k.startswith("sessions/") and k.endswith(".jsonl")]
+
+    changes = SessionFileChanges(
+        new=transcripts(files.new),
+        changed=transcripts(files.changed),
+        settling=transcripts(files.settling),
+    )
+    # Each session keeps the sequence number of when it was first seen.
     sequence = max((entry[3] for entry in previous.values()), default=0) + 1
-    for source_file in discover_files(workspace):
-        if source_file.kind != "transcript":
-            continue
-        key = source_file.rel_path
+    state: SessionFiles = {}
+    for key in transcripts(sorted(seen)):
         before = previous.get(key)
-        try:
-            size, mtime = file_stat(source_file.path)
-        except OSError:
-            continue
-        if now - mtime < debounce_seconds:
-            changes.settling.append(key)
-            if before is not None:
-                state[key] = before
-            continue
-        if before is not None and before[0] == size and before[1] == mtime:
-            state[key] = before
-            continue
-        try:
-            digest = hash_bytes(source_file.path.read_bytes())
-        except OSError:
-            continue
         if before is None:
-            state[key] = [size, mtime, digest, sequence]
+            state[key] = [*seen[key], sequence]
             sequence += 1
-            changes.new.append(key)
         else:
-            state[key] = [size, mtime, digest, before[3]]
-            if before[2] != digest:
-                changes.changed.append(key)
+            state[key] = [*seen[key], before[3]]
     newest: dict[str, str] = {}
     for key in sorted(state, key=lambda k: (state[k][3], _natural(k))):
         newest[conversation_of(key)] = key

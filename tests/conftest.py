@@ -11,6 +11,19 @@ from memory_dag.config import Settings
 
 pytest_plugins = ["tests.openai_server"]
 
+#: The LoCoMo development conversations: `shared/` sits beside the repository checkout.
+LOCOMO_DIR = next(
+    (
+        folder
+        for folder in (
+            Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo-dev",
+            Path("/work/shared/datasets/locomo-dev"),
+        )
+        if folder.is_dir()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo-dev",
+)
+
 
 def write_jsonl(path: Path, records: list[dict | str]) -> Path:
     """Write transcript lines; a str is written as-is (for deliberately broken lines)."""

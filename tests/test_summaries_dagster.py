@@ -18,12 +18,12 @@ from memory_dag.eval_locomo import write_workspace
 from memory_dag.search import search
 from memory_dag.store import fetch_dicts, open_store
 from sensors.conversations import SUMMARY_SENSORS, conversations_sensor, summaries_indexed_sensor
-from tests.conftest import write_jsonl
+from tests.conftest import LOCOMO_DIR, write_jsonl
 from tests.openai_server import Reply, ScriptedOpenAIServer
 from tests.test_conversation_summaries import settings_in, write_conversation
 from tests.test_dagster import age_files, resource_for
 
-LOCOMO = Path("/work/shared/datasets/locomo-dev/26.json")
+LOCOMO = LOCOMO_DIR / "26.json"
 
 
 def with_summaries(code_location: dg.Definitions) -> dg.Definitions:

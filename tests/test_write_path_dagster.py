@@ -16,10 +16,10 @@ from memory_dag.config import Settings
 from memory_dag.eval_locomo import write_workspace
 from memory_dag.search import search
 from sensors.sessions import sessions_sensor
-from tests.conftest import write_jsonl
+from tests.conftest import LOCOMO_DIR, write_jsonl
 from tests.test_write_path import DEMO, pizza_workspace, rows, store_settings, turn
 
-LOCOMO = Path("/work/shared/datasets/locomo-dev")
+LOCOMO = LOCOMO_DIR
 
 
 def resource_for(settings: Settings) -> MemoryStoreResource:
