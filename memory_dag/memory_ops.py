@@ -430,11 +430,15 @@ class MemoryWriter:
                     f"memory {memory_id} was replaced by {row['replaced_by']}, which is active: "
                     "forget the replacement first"
                 )
+        # A restore is a deliberate use: it counts as an access and resets the decayed
+        # confidence, so the next night's decay or TTL does not take the memory away again.
         self.con.execute(
-            "UPDATE memories SET valid_until = NULL, state = 'active', purge_at = NULL "
-            "WHERE id = ?",
+            "UPDATE memories SET valid_until = NULL, state = 'active', purge_at = NULL, "
+            "last_accessed = now(), access_count = access_count + 1, "
+            "confidence = greatest(confidence, 1.0) WHERE id = ?",
             [memory_id],
         )
+        self.link_entities([(memory_id, row["content"])])  # decay removed its links
         if row["kind"] == "fact":
             key = row["conversation_id"] or ""
             if key in self._fact_sets:

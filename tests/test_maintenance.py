@@ -171,6 +171,11 @@ def test_decay_below_threshold_soft_deletes_and_the_index_and_links_follow(
     memory_ops.restore(store, fact)
     assert row(store, fact)["state"] == "active" and fact in indexed(store)
     assert changes(store, fact) == ["created", "soft_deleted", "restored"]
+    # A restore is a use: links come back and the next night does not decay it away again.
+    assert links(store, fact) == set(entity_ids)
+    assert row(store, fact)["confidence"] == 1.0
+    assert maintenance.decay(store, now + timedelta(days=1)).counts["soft_deleted"] == 0
+    assert row(store, fact)["state"] == "active"
 
 
 # --------------------------------------------------------------------------- lifecycle
