@@ -7,7 +7,6 @@ library functions the Dagster assets call.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -17,24 +16,17 @@ from typing import Any
 
 import duckdb
 
+from memory_dag.cli_common import print_json, settings_from_args
 from memory_dag.config import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.load(workspace=args.workspace, db_path=args.db, index_dir=args.index_dir)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
 
 # --- ingest ----------------------------------------------------------------------------------
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = settings_from_args(args)
     started = time.perf_counter()
     if args.no_dagster or not _dagster_layer_available():
         from memory_dag.pipeline import run_all
@@ -66,7 +58,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         "tables": _table_counts(settings),
     }
     if args.json:
-        _print_json(summary)
+        print_json(summary)
     else:
         _print_ingest_summary(summary)
     return 0
@@ -219,7 +211,7 @@ def _print_ingest_summary(summary: dict[str, Any]) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     from memory_dag.search import search
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     hits = search(
         args.query,
         settings=settings,
@@ -233,7 +225,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         fusion=args.fusion,
     )
     if args.json:
-        _print_json([hit.to_dict() for hit in hits])
+        print_json([hit.to_dict() for hit in hits])
         return 0
     if not hits:
         print("no results above the minimum score (try --min-score 0)")
@@ -248,7 +240,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from memory_dag.store import load_fts, open_store
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     with open_store(settings.db_path, read_only=True) as con:
         load_fts(con)
         cursor = con.execute(args.query)
@@ -257,7 +249,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         columns = [d[0] for d in cursor.description]
         rows = cursor.fetchall()
     if args.json:
-        _print_json([dict(zip(columns, row, strict=True)) for row in rows])
+        print_json([dict(zip(columns, row, strict=True)) for row in rows])
     else:
         _print_table(columns, rows)
     return 0
@@ -296,7 +288,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             progress=not args.json,
         )
         if args.json:
-            _print_json(report)
+            print_json(report)
         else:
             print(format_stage_report(report))
         return 0
@@ -307,7 +299,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         progress=not args.json,
     )
     if args.json:
-        _print_json(report)
+        print_json(report)
     else:
         print(format_report(report))
     return 0

@@ -9,31 +9,22 @@ search index before returning, so the next `memory-dag search` sees them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from memory_dag import memory_ops
-from memory_dag.config import Settings
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.load(workspace=args.workspace, db_path=args.db, index_dir=args.index_dir)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+from memory_dag.cli_common import print_json, settings_from_args
 
 
 def _run(args: argparse.Namespace, action: Any) -> int:
     """Run one operation; a refused operation is a message and exit status 1, not a traceback."""
     try:
-        result = action(_settings(args))
+        result = action(settings_from_args(args))
     except memory_ops.MemoryOpError as error:
         print(f"memory-dag: {error}", file=sys.stderr)
         return 1
     if args.json:
-        _print_json(result.to_dict() if hasattr(result, "to_dict") else result)
+        print_json(result.to_dict() if hasattr(result, "to_dict") else result)
     else:
         print(args.render(result))
     return 0
@@ -124,9 +115,9 @@ def _reports_text(reports: list[Any]) -> str:
 def cmd_consolidate(args: argparse.Namespace) -> int:
     from memory_dag.write_path import WriteReport, run_all
 
-    reports = run_all(_settings(args), include_open=args.all)
+    reports = run_all(settings_from_args(args), include_open=args.all)
     if args.json:
-        _print_json(
+        print_json(
             {
                 r.stage: {
                     "counts": r.counts,

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from memory_dag.categories import AccessDenied
-from memory_dag.cli import _print_json, _settings
+from memory_dag.cli_common import print_json, settings_from_args
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -33,13 +33,13 @@ def cmd_query(args: argparse.Namespace) -> int:
             }
         )
         response = query_memory(
-            request, settings=_settings(args), user_id=args.user, config=_config(args)
+            request, settings=settings_from_args(args), user_id=args.user, config=_config(args)
         )
     except (AccessDenied, ValidationError, ValueError) as error:
         print(f"memory-dag query: rejected: {error}", file=sys.stderr)
         return 2
     if args.json:
-        _print_json(response.model_dump(mode="json", by_alias=True))
+        print_json(response.model_dump(mode="json", by_alias=True))
         return 0
     if not response.results:
         print(f"no memories for {args.agent} in {', '.join(response.categories)}")
@@ -70,7 +70,7 @@ def cmd_context(args: argparse.Namespace) -> int:
         block = build_context(
             args.message,
             args.conversation,
-            settings=_settings(args),
+            settings=settings_from_args(args),
             since_rev=args.since_rev,
             agent=args.agent,
             user_id=args.user,
@@ -82,7 +82,7 @@ def cmd_context(args: argparse.Namespace) -> int:
         print(f"memory-dag context: rejected: {error}", file=sys.stderr)
         return 2
     if args.json:
-        _print_json(block.to_dict())
+        print_json(block.to_dict())
         return 0
     print(block.text)
     for note in block.notes:

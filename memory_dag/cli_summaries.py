@@ -7,20 +7,11 @@ stages so `memory-dag search` finds the new summaries at once.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from memory_dag.config import Settings
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings.load(workspace=args.workspace, db_path=args.db, index_dir=args.index_dir)
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+from memory_dag.cli_common import print_json, settings_from_args
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -30,7 +21,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     from memory_dag.pipeline import build_search_index, embed_chunks
     from memory_dag.summarizer import SummarizationError
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     runs = []
     failed = 0
     for conversation_id in args.conversation or conversation_ids(settings):
@@ -48,18 +39,18 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             if not args.json:
                 print(report.line(), file=sys.stderr)
     if args.json:
-        _print_json([asdict(run) for run in runs])
+        print_json([asdict(run) for run in runs])
     return 1 if failed else 0
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
     from memory_dag.conversation_summaries import summary_tree
 
-    nodes = summary_tree(args.conversation, _settings(args), include_retired=args.history)
+    nodes = summary_tree(args.conversation, settings_from_args(args), include_retired=args.history)
     if not args.tree and not args.history:
         nodes = [node for node in nodes if node.is_final]
     if args.json:
-        _print_json([node.model_dump() for node in nodes])
+        print_json([node.model_dump() for node in nodes])
         return 0 if nodes else 1
     if not nodes:
         print(f"no summary for {args.conversation!r} (run `memory-dag summarize` first)")
@@ -78,7 +69,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from memory_dag.export import export_store
 
     report = export_store(
-        _settings(args),
+        settings_from_args(args),
         Path(args.target),
         conversations=args.conversation,
         facts=args.facts,
@@ -86,7 +77,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         commit=not args.no_commit,
     )
     if args.json:
-        _print_json(report.__dict__)
+        print_json(report.__dict__)
         return 0
     print(
         f"exported {len(report.conversations)} conversation(s) to {report.target}: "
