@@ -18,7 +18,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from memory_dag.conversation_summaries import conversation_ids, summarize_conversation
-    from memory_dag.pipeline import build_search_index, embed_chunks
+    from memory_dag.pipeline import refresh_search_index
     from memory_dag.summarizer import SummarizationError
 
     settings = settings_from_args(args)
@@ -35,7 +35,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         if not args.json:
             print(run.line())
     if runs and not args.no_index and any(run.status != "unchanged" for run in runs):
-        for report in (embed_chunks(settings), build_search_index(settings)):
+        for report in refresh_search_index(settings):
             if not args.json:
                 print(report.line(), file=sys.stderr)
     if args.json:

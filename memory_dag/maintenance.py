@@ -190,8 +190,7 @@ def scope_owner(scope: str) -> tuple[str | None, str | None]:
 
 def _refresh_index(settings: Settings, report: StageReport) -> None:
     """Embed what is missing and republish the index, so the change is searchable (or gone)."""
-    pipeline.embed_chunks(settings)
-    index = pipeline.build_search_index(settings)
+    index = pipeline.refresh_search_index(settings)[-1]
     report.counts["index_rows"] = int(index.counts.get("rows", 0))
     report.notes.append("search index republished" if not index.skipped else "index unchanged")
 

@@ -936,8 +936,7 @@ def _revision(settings: Settings, conversation_id: str | None) -> int:
 
 def refresh_index(settings: Settings) -> int:
     """Embed what is missing and publish the search index: a write is searchable on return."""
-    pipeline.embed_chunks(settings)
-    return int(pipeline.build_search_index(settings).counts.get("rows", 0))
+    return int(pipeline.refresh_search_index(settings)[-1].counts.get("rows", 0))
 
 
 def _finish(

@@ -728,6 +728,11 @@ def build_fts_index(settings: Settings, *, force: bool = False) -> StageReport:
 # ---------------------------------------------------------------------------------------------
 
 
+def refresh_search_index(settings: Settings) -> list[StageReport]:
+    """Embed what is missing, then publish the index: a write elsewhere becomes searchable."""
+    return [embed_chunks(settings), build_search_index(settings)]
+
+
 def run_all(
     settings: Settings, *, force: bool = False, progress: bool = False
 ) -> list[StageReport]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -17,25 +15,10 @@ from memory_dag.eval_locomo import write_workspace
 from memory_dag.search import search
 from sensors.sessions import sessions_sensor
 from tests.conftest import LOCOMO_DIR, write_jsonl
+from tests.test_dagster import age_files, resource_for
 from tests.test_write_path import DEMO, pizza_workspace, rows, store_settings, turn
 
 LOCOMO = LOCOMO_DIR
-
-
-def resource_for(settings: Settings) -> MemoryStoreResource:
-    return MemoryStoreResource(
-        workspace=str(settings.workspace),
-        db_path=str(settings.db_path),
-        index_dir=str(settings.index_dir),
-    )
-
-
-def age_files(folder: Path, seconds: float = 60) -> None:
-    """Make every file look written `seconds` ago (older than the sensor's debounce)."""
-    past = time.time() - seconds
-    for path in folder.rglob("*"):
-        if path.is_file():
-            os.utime(path, (past, past))
 
 
 def materialize(settings: Settings) -> dict[str, dict[str, dg.MetadataValue]]:
