@@ -6,7 +6,7 @@
         manifest.json          model, dimensions, row count, index type, fingerprint
         vectors.faiss          FAISS index; FAISS id = row number
         vectors.npy            the same vectors in row order (scoped exact search, MMR)
-        bm25/                  bm25s index; document number = row number
+        bm25/                  BM25 weights, term → rows (see text_index.py)
         rows.parquet           row number → chunk id, path, lines, ids, snippet
 
 A build writes a hidden temporary folder, renames it into place, then swaps CURRENT. A
@@ -34,7 +34,7 @@ from memory_dag.search_text import bm25_document
 from memory_dag.text_index import TextIndex
 from memory_dag.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
 
-FORMAT_VERSION = 2  # bump when the folder layout or row columns change
+FORMAT_VERSION = 3  # bump when the folder layout or row columns change
 KEEP_VERSIONS = 2  # the live one and its predecessor (a reader may still be loading it)
 
 ROW_SCHEMA = pa.schema(

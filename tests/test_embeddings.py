@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memory_dag.bag_of_tokens import WORD_SPLIT_MIN_TEXTS, BagOfTokens
 from memory_dag.config import Settings
 from memory_dag.embeddings import (
     EmbeddingError,
@@ -258,6 +259,83 @@ def test_wordllama_empty_input_and_blank_text(wordllama: WordLlamaProvider) -> N
     vectors = wordllama.embed(["", "hello there"])
     np.testing.assert_array_equal(vectors[0], 0.0)  # nothing to embed: zero, not NaN
     assert_unit_rows(vectors[1:])
+
+
+# Strings that take each path of the word-split tokenization (bag_of_tokens.py): plain words,
+# runs of spaces, a leading space, special tokens, a literal "▁", other whitespace, scripts
+# the vocabulary lacks (byte fallback), digits and punctuation.
+TRICKY_TEXTS = [
+    "Caroline went to the LGBTQ support group yesterday, and it was powerful.",
+    "  double  spaces and 12345 digits, émojis 🎉 and CamelCase-words!!",
+    "def f():\n    return 1",  # "▁▁▁" is one token here: runs of spaces need the whole text
+    "col1   col2",
+    " leading space",
+    "trailing space ",
+    "",
+    " ",
+    "x <s> y </s> <unk>",
+    "lit▁eral ▁mark ▁▁ runs",
+    "a\nb\tc\n\n  indented line",
+    "ünïcödé ñ 中文字符 日本語 Ελληνικά",
+    "a\u00a0non-breaking space",
+    "https://example.com/path?q=1&r=2 — em dash… ellipsis",
+]
+
+
+def test_wordllama_word_split_equals_wordllamas_own_embed(wordllama: WordLlamaProvider) -> None:
+    wl, bag = wordllama._load()
+    assert bag is not None  # the shipped tokenizer is word-separable: the fast path is used
+    corpus = TRICKY_TEXTS * 3 + [f"turn {i}: she said it {i % 7} times" for i in range(400)]
+    assert len(corpus) >= WORD_SPLIT_MIN_TEXTS  # big enough for the word split
+
+    ours = wordllama.embed(corpus)
+
+    np.testing.assert_allclose(ours, l2_normalise(wl.embed(corpus)), rtol=0, atol=1e-6)
+
+
+def test_wordllama_token_counts_equal_the_tokenizer(wordllama: WordLlamaProvider) -> None:
+    wl, _ = wordllama._load()
+    bag = BagOfTokens(wl.tokenizer, wl.embedding.shape[0], split_min_texts=1)
+
+    counts = bag.counts(TRICKY_TEXTS).toarray()
+
+    for row, text in zip(counts, TRICKY_TEXTS, strict=True):
+        # One text at a time: WordLlama's tokenizer pads only to the longest text of a batch.
+        ids = np.asarray(wl.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+        np.testing.assert_array_equal(
+            row, np.bincount(ids, minlength=counts.shape[1]), err_msg=repr(text)
+        )
+
+
+def test_word_cache_overflow_keeps_counts_exact(
+    wordllama: WordLlamaProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memory_dag.bag_of_tokens as bag_of_tokens
+
+    wl, _ = wordllama._load()
+    bag = BagOfTokens(wl.tokenizer, wl.embedding.shape[0], split_min_texts=1)
+    monkeypatch.setattr(bag_of_tokens, "WORD_CACHE_SIZE", 4)
+    batches = [["the cat sat", "on the mat"], ["the dog ran far", "cat and dog and bird"]]
+
+    for texts in batches * 2:  # the cache fills, overflows and is rebuilt between calls
+        got = bag.counts(texts).toarray()
+        expected = bag._whole_counts(texts).toarray()
+        np.testing.assert_array_equal(got, expected)
+    # Cleared on overflow, so it holds the last call's words only (not all 10 seen).
+    assert set(bag._word_cache) == {"the", "dog", "ran", "far", "cat", "and", "bird"}
+
+
+def test_word_split_is_refused_for_other_tokenizers() -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from memory_dag.bag_of_tokens import is_word_separable
+
+    word_level = Tokenizer(models.WordLevel({"[UNK]": 0, "cat": 1}, unk_token="[UNK]"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+
+    assert not is_word_separable(word_level)
+    with pytest.raises(ValueError, match="not a SentencePiece-style BPE"):
+        BagOfTokens(word_level, 2)
 
 
 def test_wordllama_matryoshka_truncation() -> None:
