@@ -1,0 +1,102 @@
+"""FAISS IVF at 100k vectors: training time and recall against the exact index, per setting.
+
+    python benchmarks/ivf_training.py [--size 100000] [--k 24]
+
+Embeds `--size` generated turns (the corpus of `ingest_search.py`: LoCoMo sentences
+recombined, 60-120 tokens) and the LoCoMo questions with the default WordLlama model, then
+for each (training points per list, k-means iterations) builds the IVF index as
+`memory_dag.vector_index` does and reports build time and recall@k of the exact top k
+(single-threaded queries, as the search path runs them), and finally a sweep over nprobe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest_search import LOCOMO_DIR, load_locomo, make_turn_texts  # noqa: E402
+
+from memory_dag.embeddings import WordLlamaProvider  # noqa: E402
+from memory_dag.vector_index import IVF_PROBE_FRACTION  # noqa: E402
+
+
+def build_ivf(vectors: np.ndarray, per_list: int, iterations: int) -> faiss.IndexIVFFlat:
+    count, dims = vectors.shape
+    lists = int(4 * math.sqrt(count))
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dims), dims, lists, faiss.METRIC_INNER_PRODUCT)
+    index.cp.niter = iterations
+    index.cp.min_points_per_centroid = 1
+    sample = np.random.default_rng(0).choice(
+        count, size=min(count, lists * per_list), replace=False
+    )
+    index.train(vectors[sample])
+    index.add(vectors)
+    index.nprobe = max(8, int(lists * IVF_PROBE_FRACTION))
+    return index
+
+
+def recall(
+    index: faiss.Index, queries: np.ndarray, truth: np.ndarray, k: int
+) -> tuple[float, float]:
+    """(mean recall@k of the exact top k, ms per single query)."""
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    found = []
+    start = time.perf_counter()
+    for query in queries:
+        found.append(index.search(query.reshape(1, -1), k)[1][0])
+    ms = (time.perf_counter() - start) / len(queries) * 1000
+    faiss.omp_set_num_threads(threads)
+    hits = [len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(truth, found, strict=True)]
+    return float(np.mean(hits)), ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--k", type=int, default=24)
+    args = parser.parse_args()
+
+    sentences, _pairs, questions = load_locomo(LOCOMO_DIR)
+    provider = WordLlamaProvider()
+    texts = make_turn_texts(sentences, args.size, random.Random(0))
+    vectors = provider.embed(texts)
+    queries = provider.embed([q["q"] for q in questions])
+    exact = faiss.IndexFlatIP(vectors.shape[1])
+    exact.add(vectors)
+    truth = exact.search(queries, args.k)[1]
+    lists = int(4 * math.sqrt(args.size))
+    print(
+        f"{args.size:,} vectors, {lists} lists, nprobe {max(8, int(lists * IVF_PROBE_FRACTION))}, "
+        f"{len(queries)} LoCoMo questions, recall@{args.k} of the exact top {args.k}"
+    )
+    print(f"  {'points/list':>11} {'iterations':>10} {'build s':>8} {'recall':>7} {'ms/query':>9}")
+    chosen = None
+    for per_list, iterations in [(40, 25), (40, 10), (16, 25), (16, 10), (8, 10)]:
+        start = time.perf_counter()
+        index = build_ivf(vectors, per_list, iterations)
+        seconds = time.perf_counter() - start
+        found, ms = recall(index, queries, truth, args.k)
+        print(f"  {per_list:>11} {iterations:>10} {seconds:8.2f} {found:7.3f} {ms:9.3f}")
+        if (per_list, iterations) == (16, 10):
+            chosen = index
+    assert chosen is not None
+    print("nprobe sweep (16 points a list, 10 iterations)")
+    for nprobe in (40, 79, 105, 120, 160, 250):
+        chosen.nprobe = nprobe
+        found, ms = recall(chosen, queries, truth, args.k)
+        print(f"  nprobe {nprobe:>4}: recall {found:.3f}, {ms:.3f} ms a query")
+    found, ms = recall(exact, queries, truth, args.k)
+    print(f"  exact flat scan: recall {found:.3f}, {ms:.3f} ms a query")
+
+
+if __name__ == "__main__":
+    main()
