@@ -6,7 +6,7 @@ embedding set must not be published into the search index.
 
 import dagster as dg
 
-from assets.ingest import chunk_embeddings, chunks, search_index
+from assets.ingest import SEARCH_INDEX, chunk_embeddings, chunks
 from assets.resources import MemoryStoreResource
 from memory_dag import quality
 
@@ -32,7 +32,7 @@ def every_chunk_embedded(memory: MemoryStoreResource) -> dg.AssetCheckResult:
     return _result(quality.check_embeddings(memory.settings()))
 
 
-@dg.asset_check(asset=search_index, pool="duckdb")
+@dg.asset_check(asset=SEARCH_INDEX, pool="duckdb")
 def index_matches_embeddings(memory: MemoryStoreResource) -> dg.AssetCheckResult:
     """The FAISS file's count equals the number of embedded search documents."""
     return _result(quality.check_search_index(memory.settings()))

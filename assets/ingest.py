@@ -4,6 +4,8 @@ All of them write the one DuckDB file, so all run in the `duckdb` pool (limit 1 
 instance's dagster.yaml): a sensor run, a schedule run and a UI click never collide.
 """
 
+from collections.abc import Iterator
+
 import dagster as dg
 
 from assets.metadata import log_report, report_metadata
@@ -51,27 +53,47 @@ def chunk_embeddings(
     return _finish(context, memory, report)
 
 
-@dg.asset(
-    group_name="index",
+#: The two indexes, materialized by one step (`indexes`) that builds them at the same time.
+SEARCH_INDEX = dg.AssetKey("search_index")
+CHUNKS_FTS = dg.AssetKey("chunks_fts")
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(
+            SEARCH_INDEX,
+            group_name="index",
+            kinds={"faiss"},
+            deps=[chunks, chunk_embeddings, dg.AssetKey("facts")],
+            description="The FAISS vector index and the BM25 index the search path reads, "
+            "published atomically.",
+        ),
+        dg.AssetSpec(
+            CHUNKS_FTS,
+            group_name="index",
+            kinds={"duckdb"},
+            deps=[chunks],
+            description="DuckDB full-text index on `chunks`, for "
+            "`fts_main_chunks.match_bm25(...)` in SQL.",
+        ),
+    ],
+    can_subset=True,
     pool="duckdb",
-    kinds={"faiss"},
-    deps=[chunks, chunk_embeddings, dg.AssetKey("facts")],
 )
-def search_index(
+def indexes(
     context: dg.AssetExecutionContext, config: RebuildConfig, memory: MemoryStoreResource
-) -> dg.MaterializeResult:
-    """The FAISS vector index and the BM25 index the search path reads, published atomically."""
-    report = pipeline.build_search_index(memory.settings(), force=config.force)
-    return _finish(context, memory, report)
+) -> Iterator[dg.MaterializeResult]:
+    """Both indexes in one step, built side by side (`pipeline.build_indexes`)."""
+    selected = context.selected_asset_keys
+    for report in pipeline.build_indexes(
+        memory.settings(),
+        force=config.force,
+        search_index=SEARCH_INDEX in selected,
+        fts=CHUNKS_FTS in selected,
+    ):
+        log_report(context, report, echo=memory.progress)
+        # The stages are named after their assets: "search_index", "chunks_fts".
+        yield dg.MaterializeResult(asset_key=report.stage, metadata=report_metadata(report))
 
 
-@dg.asset(group_name="index", pool="duckdb", kinds={"duckdb"}, deps=[chunks])
-def chunks_fts(
-    context: dg.AssetExecutionContext, config: RebuildConfig, memory: MemoryStoreResource
-) -> dg.MaterializeResult:
-    """DuckDB full-text index on `chunks`, for `fts_main_chunks.match_bm25(...)` in SQL."""
-    report = pipeline.build_fts_index(memory.settings(), force=config.force)
-    return _finish(context, memory, report)
-
-
-INGEST_ASSETS = [workspace_files, chunks, chunk_embeddings, search_index, chunks_fts]
+INGEST_ASSETS = [workspace_files, chunks, chunk_embeddings, indexes]

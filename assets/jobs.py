@@ -7,7 +7,8 @@ import dagster as dg
 from assets.ingest import INGEST_ASSETS
 from assets.write_path import WRITE_PATH_ASSETS
 
-_FORCEABLE = ["workspace_files", "chunks", "search_index", "chunks_fts"]
+#: Steps (ops) that take `force`; `indexes` builds both search_index and chunks_fts.
+_FORCEABLE = ["workspace_files", "chunks", "indexes"]
 _PIPELINE = dg.AssetSelection.assets(*INGEST_ASSETS, *WRITE_PATH_ASSETS)
 
 ingest_job = dg.define_asset_job(

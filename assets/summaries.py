@@ -7,7 +7,7 @@ is recorded in `events`, and leaves the previous summary active.
 
 import dagster as dg
 
-from assets.ingest import chunk_embeddings, search_index, workspace_files
+from assets.ingest import SEARCH_INDEX, chunk_embeddings, workspace_files
 from assets.resources import MemoryStoreResource
 from memory_dag.store import StoreLockedError
 
@@ -70,7 +70,7 @@ summaries_job = dg.define_asset_job(
 
 summary_index_job = dg.define_asset_job(
     "summary_index_job",
-    selection=dg.AssetSelection.assets(chunk_embeddings, search_index),
+    selection=dg.AssetSelection.assets(chunk_embeddings, SEARCH_INDEX),
     description="Embed and index new summaries (incremental: only new texts are embedded).",
 )
 

@@ -109,6 +109,19 @@ class BagOfTokens:
             cache.update(zip(missing, (e.ids for e in encoded), strict=True))
         return [cache[word] for word in words]
 
+    def token_sums(self, texts: Sequence[str], vectors: np.ndarray) -> np.ndarray:
+        """Sum of each text's token rows of `vectors` (= `counts(texts) @ vectors`).
+
+        For a search query and other small batches: indexing the rows directly takes ~0.05 ms
+        a text, where building a sparse matrix costs ~0.15 ms before any arithmetic.
+        """
+        encoded = self._whole.encode_batch_fast(list(texts), add_special_tokens=False)
+        out = np.zeros((len(encoded), vectors.shape[1]), dtype=np.float32)
+        for row, tokens in enumerate(encoded):
+            if tokens.ids:
+                out[row] = vectors[np.clip(tokens.ids, 0, self.vocab_size - 1)].sum(axis=0)
+        return out
+
     def _whole_counts(self, texts: list[str]) -> sp.csr_matrix:
         encoded = self._whole.encode_batch_fast(texts, add_special_tokens=False)
         return _csr_from_ids([e.ids for e in encoded], self.vocab_size)

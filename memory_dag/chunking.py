@@ -57,17 +57,25 @@ def chunk_lines(
 
 
 def chunk_turns(
-    turns: list[Turn], max_tokens: int = 400, overlap: int = 80, max_turns: int | None = None
+    turns: list[Turn],
+    max_tokens: int = 400,
+    overlap: int = 80,
+    max_turns: int | None = None,
+    counts: list[int] | None = None,
 ) -> list[Chunk]:
     """Chunks of transcript turns, one rendered line per turn; `max_turns` caps turns per chunk.
 
     Chunk line numbers are the JSONL lines of the first and last turn, and `turn_ids` lists the
     turns each chunk holds, so a search hit can always be traced back to the turns it came from.
+    `counts` are the turns' rendered token counts when the caller has them already.
     """
     if max_turns is not None and max_turns < 1:
         raise ValueError("max_turns must be at least 1")
     texts = [render_turn(turn) for turn in turns]
-    counts = count_tokens_batch(texts)
+    if counts is None:
+        counts = count_tokens_batch(texts)
+    elif len(counts) != len(texts):
+        raise ValueError(f"{len(counts)} token counts for {len(texts)} turns")
     units = [
         _Unit(line=turn.line, text=text, tokens=tokens, turn_id=turn.id)
         for turn, text, tokens in zip(turns, texts, counts, strict=True)

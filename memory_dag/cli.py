@@ -92,7 +92,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
     import dagster as dg
 
     from assets.checks import INGEST_CHECKS
-    from assets.ingest import INGEST_ASSETS, chunk_embeddings, search_index
+    from assets.ingest import INGEST_ASSETS, SEARCH_INDEX, chunk_embeddings, indexes
     from assets.resources import MemoryStoreResource
     from assets.summaries import SUMMARY_ASSETS
     from assets.summaries import conversations as PARTITIONS
@@ -110,8 +110,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
     run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     if force:
         run_config["ops"] = {
-            name: {"config": {"force": True}}
-            for name in ("workspace_files", "chunks", "search_index", "chunks_fts")
+            name: {"config": {"force": True}} for name in ("workspace_files", "chunks", "indexes")
         }
     if progress:
         print("materializing the ingest assets with Dagster (in-process)", file=sys.stderr)
@@ -145,8 +144,8 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
             )
         results.append(
             dg.materialize(
-                [chunk_embeddings, search_index, *INGEST_CHECKS],
-                selection=[chunk_embeddings, search_index],
+                [chunk_embeddings, indexes, *INGEST_CHECKS],
+                selection=[chunk_embeddings.key, SEARCH_INDEX],
                 resources=resources,
                 instance=instance,
                 run_config=quiet,

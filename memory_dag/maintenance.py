@@ -84,7 +84,7 @@ from memory_dag.memory_ops import MemoryWriter, NewMemory
 from memory_dag.pipeline import StageReport
 from memory_dag.prompts import MAX_FACT_CHARS
 from memory_dag.reconcile import relate, tokens
-from memory_dag.store import fetch_dicts, open_store
+from memory_dag.store import fetch_arrow, fetch_dicts, open_store
 
 ACTOR = "maintenance"
 #: Every report holds these counts (0 when a job does not do that kind of change).
@@ -262,11 +262,6 @@ def _soft_delete(
         )
         if change is not None:
             writer.log_change(row["conversation_id"], row["id"], change, {"job": event.lower()})
-
-
-def _arrow(con: Any, sql: str, params: list[Any] | None = None) -> pa.Table:
-    result = con.execute(sql, params or []).arrow()
-    return result.read_all() if hasattr(result, "read_all") else result
 
 
 # --------------------------------------------------------------------------- entity enrichment
@@ -456,7 +451,7 @@ def _changed_times(con: Any, since: datetime) -> dict[str, datetime]:
 
 def _load_facts(con: Any, provider_name: str, model: str) -> tuple[list[FactRow], np.ndarray, int]:
     """Active facts with their cached vectors (rows without one are zero; see `_fill_vectors`)."""
-    table = _arrow(
+    table = fetch_arrow(
         con,
         f"""
         SELECT m.id, m.content, {_SCOPE_SQL} AS scope, m.conversation_id, m.created_at,

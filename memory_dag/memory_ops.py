@@ -71,7 +71,7 @@ from memory_dag.entities import (
     resolve,
 )
 from memory_dag.facts import classify_fact, validate_fact
-from memory_dag.pipeline import text_hash
+from memory_dag.ids import text_hash
 from memory_dag.reconcile import is_near_duplicate, normalise_text
 from memory_dag.store import fetch_dicts, open_store, to_json
 

@@ -51,8 +51,8 @@ from pydantic import BaseModel, Field
 
 from memory_dag.config import Settings
 from memory_dag.entities import extract_entities
+from memory_dag.ids import episode_id
 from memory_dag.index_files import PublishedIndex
-from memory_dag.pipeline import episode_id
 from memory_dag.reranker import load_reranker
 from memory_dag.search import Fusion, Searcher, SearchFilters, SearchHit, get_searcher
 from memory_dag.store import StoreLockedError, insert_arrow, open_store, to_json

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import lru_cache
 
+import polars as pl
+
 
 @lru_cache(maxsize=4096)
 def _names_pattern(names: tuple[str, ...]) -> re.Pattern[str] | None:
@@ -56,23 +58,25 @@ def names_in(query: str, names: Sequence[str]) -> list[str]:
 
 
 def strip_names_many(texts: Sequence[str], names: Sequence[str]) -> list[str]:
-    r"""`strip_names` for many texts at once, in Polars: 100k turns in ~0.3 s instead of ~2.5 s.
+    """`strip_names` for many texts at once, in Polars: 100k turns in ~0.3 s instead of ~2.5 s."""
+    series = pl.Series("text", list(texts), dtype=pl.String)
+    return series.to_frame().select(strip_names_expr(pl.col("text"), names)).to_series().to_list()
+
+
+def strip_names_expr(text: pl.Expr, names: Sequence[str]) -> pl.Expr:
+    r"""`strip_names` as a Polars expression (the text unchanged when there are no names).
 
     Same pattern in Rust's regex syntax; `[\s\x1c-\x1f]` is exactly Python's `str.split()`
     whitespace, so the collapsing agrees too.
     """
     parts = sorted({n.strip() for n in names if n and n.strip()}, key=len, reverse=True)
-    if not parts or not texts:
-        return list(texts)
-    import polars as pl
-
+    if not parts:
+        return text
     alternatives = "|".join(pl.escape_regex(p) for p in parts)
     return (
-        pl.Series(list(texts), dtype=pl.String)
-        .str.replace_all(rf"(?i)\b(?:{alternatives})(?:'s|’s)?\b", " ")
+        text.str.replace_all(rf"(?i)\b(?:{alternatives})(?:'s|’s)?\b", " ")
         .str.replace_all(r"[\s\x1c-\x1f]+", " ")
         .str.strip_chars(" ")
-        .to_list()
     )
 
 
@@ -86,3 +90,22 @@ def bm25_document(search_text: str, event_time: datetime | None, kind: str) -> s
     if kind == "transcript" and event_time is not None:
         return f"[{event_time.day} {event_time:%B %Y}] {search_text}"
     return search_text
+
+
+def bm25_documents(rows: pl.DataFrame) -> pl.Series:
+    """`bm25_document` of every row of a frame with `search_text`, `event_time`, `kind`.
+
+    One Polars expression: 100k rows in ~0.05 s, where converting the times to Python
+    datetimes alone took ~1 s.
+    """
+    dated = (pl.col("kind") == "transcript") & pl.col("event_time").is_not_null()
+    return rows.select(
+        pl.when(dated)
+        .then(
+            pl.format(
+                "[{}] {}", pl.col("event_time").dt.strftime("%-d %B %Y"), pl.col("search_text")
+            )
+        )
+        .otherwise(pl.col("search_text"))
+        .alias("document")
+    ).to_series()

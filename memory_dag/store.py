@@ -131,6 +131,12 @@ def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> 
     return rows.num_rows
 
 
+def fetch_arrow(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None):
+    """The whole result as one Arrow table (`.arrow()` may hand back a batch reader)."""
+    result = con.execute(sql, params or []).arrow()
+    return result.read_all() if hasattr(result, "read_all") else result
+
+
 def fetch_dicts(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None):
     """Rows as dicts, for previews and small lookups."""
     cursor = con.execute(sql, params or [])

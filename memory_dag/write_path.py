@@ -60,6 +60,7 @@ from memory_dag.facts import (
     select_for_write,
     validate_fact,
 )
+from memory_dag.ids import text_hash
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
 from memory_dag.memory_ops import (
     FACT_DECAY_RATE,
@@ -68,7 +69,7 @@ from memory_dag.memory_ops import (
     NewMemory,
     new_memory_id,
 )
-from memory_dag.pipeline import StageReport, text_hash
+from memory_dag.pipeline import StageReport
 from memory_dag.reconcile import (
     Decision,
     ExistingMemory,

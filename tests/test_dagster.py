@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from assets.checks import INGEST_CHECKS
-from assets.ingest import INGEST_ASSETS
+from assets.ingest import CHUNKS_FTS, INGEST_ASSETS, SEARCH_INDEX
 from assets.resources import MemoryStoreResource
 from memory_dag.config import Settings
 from memory_dag.definitions import defs
@@ -46,7 +46,7 @@ def test_definitions_load() -> None:
     assert repository.has_sensor_def("workspace_sensor")
     assert repository.has_schedule_def("full_sync_schedule")
     for asset in INGEST_ASSETS:
-        assert asset.op.pool == "duckdb", asset.key  # one writer at a time
+        assert asset.op.pool == "duckdb", asset.keys  # one writer at a time
 
 
 def test_materialize_every_asset_with_metadata_and_checks(settings: Settings) -> None:
@@ -61,7 +61,7 @@ def test_materialize_every_asset_with_metadata_and_checks(settings: Settings) ->
             e.materialization.asset_key.to_user_string(): e.materialization.metadata
             for e in result.get_asset_materialization_events()
         }
-        assert set(metadata) == {a.key.to_user_string() for a in INGEST_ASSETS}
+        assert set(metadata) == {k.to_user_string() for a in INGEST_ASSETS for k in a.keys}
         assert metadata["workspace_files"]["new"].value == 6
         assert metadata["workspace_files"]["errors"].value == 1
         assert (
@@ -76,6 +76,32 @@ def test_materialize_every_asset_with_metadata_and_checks(settings: Settings) ->
             "every_chunk_embedded": True,
             "index_matches_embeddings": True,
         }
+    assert search("Priya", settings=settings, k=1, min_score=0.0)[0].turn_ids == ["t3"]
+
+
+def test_either_index_can_be_materialized_alone(settings: Settings) -> None:
+    """`search_index` and `chunks_fts` share a step, yet each can be selected on its own."""
+    resources = {"memory": resource_for(settings)}
+    with dg.instance_for_test() as instance:
+        upstream = [
+            key for a in INGEST_ASSETS for key in a.keys if key not in (SEARCH_INDEX, CHUNKS_FTS)
+        ]
+        assert dg.materialize(
+            INGEST_ASSETS, selection=upstream, resources=resources, instance=instance
+        ).success
+
+        for only in (CHUNKS_FTS, SEARCH_INDEX):
+            result = dg.materialize(
+                INGEST_ASSETS, selection=[only], resources=resources, instance=instance
+            )
+            built = {e.materialization.asset_key for e in result.get_asset_materialization_events()}
+            assert built == {only}
+
+    with open_store(settings.db_path, read_only=True) as con:
+        tables = {
+            row[0] for row in con.execute("SELECT schema_name FROM duckdb_schemas()").fetchall()
+        }
+    assert "fts_main_chunks" in tables
     assert search("Priya", settings=settings, k=1, min_score=0.0)[0].turn_ids == ["t3"]
 
 

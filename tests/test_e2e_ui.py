@@ -48,8 +48,9 @@ ASSET_DEPS = {
     "search_index": {"chunks", "chunk_embeddings"},
     "chunks_fts": {"chunks"},
 }
-#: Step keys of one run: the five assets and their three checks (`<asset>_<check>`).
-STEP_KEYS = set(ASSET_DEPS) | {
+#: Step keys of one run: the assets' steps (`indexes` builds search_index and chunks_fts) and
+#: the three checks (`<asset>_<check>`).
+STEP_KEYS = {"workspace_files", "chunks", "chunk_embeddings", "indexes"} | {
     "chunks_chunks_are_valid",
     "chunk_embeddings_every_chunk_embedded",
     "search_index_index_matches_embeddings",

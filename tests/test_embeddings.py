@@ -293,6 +293,20 @@ def test_wordllama_word_split_equals_wordllamas_own_embed(wordllama: WordLlamaPr
     np.testing.assert_allclose(ours, l2_normalise(wl.embed(corpus)), rtol=0, atol=1e-6)
 
 
+def test_wordllama_small_batches_equal_wordllamas_own_embed(
+    wordllama: WordLlamaProvider,
+) -> None:
+    """A query or a few texts take the direct path (token rows summed, no sparse matrix)."""
+    wl, _ = wordllama._load()
+    assert len(TRICKY_TEXTS) < WORD_SPLIT_MIN_TEXTS
+
+    ours = wordllama.embed(TRICKY_TEXTS)
+
+    np.testing.assert_allclose(ours, l2_normalise(wl.embed(TRICKY_TEXTS)), rtol=0, atol=1e-6)
+    for text, vector in zip(TRICKY_TEXTS, ours, strict=True):  # one at a time, as a search
+        np.testing.assert_allclose(wordllama.embed([text])[0], vector, rtol=0, atol=1e-6)
+
+
 def test_wordllama_token_counts_equal_the_tokenizer(wordllama: WordLlamaProvider) -> None:
     wl, _ = wordllama._load()
     bag = BagOfTokens(wl.tokenizer, wl.embedding.shape[0], split_min_texts=1)

@@ -14,6 +14,7 @@ from memory_dag.config import Settings
 from memory_dag.index_files import current_version, load_index
 from memory_dag.pipeline import (
     build_chunks,
+    build_indexes,
     build_search_index,
     embed_chunks,
     run_all,
@@ -89,6 +90,56 @@ def test_second_run_changes_nothing(settings: Settings) -> None:
     assert reports["search_index"].skipped
     assert counts(settings, "SELECT id, hash FROM chunks ORDER BY id") == before
     assert current_version(settings.index_dir) == version
+
+
+def test_both_indexes_are_built_side_by_side(settings: Settings) -> None:
+    """The FTS build runs in a second thread beside the FAISS + BM25 build, on one store."""
+    sync_files(settings)
+    build_chunks(settings)
+    embed_chunks(settings)
+
+    reports = [r.stage for r in build_indexes(settings)]
+
+    assert reports == ["search_index", "chunks_fts"]
+    assert current_version(settings.index_dir) is not None
+    matches = counts_fts(settings, "Priya")
+    assert matches and all(score > 0 for _, score in matches)
+    # Each can be asked for alone; unchanged indexes are not rebuilt.
+    assert [r.stage for r in build_indexes(settings, search_index=False)] == ["chunks_fts"]
+    assert [r.skipped for r in build_indexes(settings)] == [True, True]
+
+
+def test_a_failed_fts_build_still_publishes_the_search_index(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory_dag import pipeline
+
+    sync_files(settings)
+    build_chunks(settings)
+    embed_chunks(settings)
+
+    def broken_fts(settings: Settings, *, force: bool = False) -> None:
+        raise RuntimeError("no FTS extension here")
+
+    monkeypatch.setattr(pipeline, "build_fts_index", broken_fts)
+    builds = build_indexes(settings)
+
+    assert next(builds).stage == "search_index"  # reported before the FTS error surfaces
+    with pytest.raises(RuntimeError, match="no FTS extension"):
+        next(builds)
+    assert search("Priya", settings=settings, k=1, min_score=0.0)[0].turn_ids == ["t3"]
+
+
+def counts_fts(settings: Settings, query: str) -> list[tuple]:
+    from memory_dag.store import load_fts
+
+    with open_store(settings.db_path) as con:
+        load_fts(con)
+        return con.execute(
+            "SELECT id, fts_main_chunks.match_bm25(id, ?) AS score FROM chunks "
+            "WHERE score IS NOT NULL",
+            [query],
+        ).fetchall()
 
 
 def test_touch_without_change_is_not_reingested(settings: Settings, workspace: Path) -> None:

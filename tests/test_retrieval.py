@@ -16,8 +16,9 @@ import pytest
 
 from memory_dag.config import Settings
 from memory_dag.embeddings import get_provider
+from memory_dag.ids import episode_id
 from memory_dag.index_files import publish_index
-from memory_dag.pipeline import episode_id, run_all
+from memory_dag.pipeline import run_all
 from memory_dag.retrieval import (
     RRF_K,
     AccessLog,
