@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from functools import lru_cache
 
 import polars as pl
@@ -85,15 +84,9 @@ def transcript_search_text(turn: str, previous: str | None) -> str:
     return " ".join(part for part in (previous, turn) if part)
 
 
-def bm25_document(search_text: str, event_time: datetime | None, kind: str) -> str:
-    """The BM25 document of a chunk: dated transcript turns carry their date first."""
-    if kind == "transcript" and event_time is not None:
-        return f"[{event_time.day} {event_time:%B %Y}] {search_text}"
-    return search_text
-
-
 def bm25_documents(rows: pl.DataFrame) -> pl.Series:
-    """`bm25_document` of every row of a frame with `search_text`, `event_time`, `kind`.
+    """The BM25 document of every row (`search_text`, `event_time`, `kind`): dated transcript
+    turns carry their date first ("[8 May 2023] ...").
 
     One Polars expression: 100k rows in ~0.05 s, where converting the times to Python
     datetimes alone took ~1 s.

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import polars as pl
 import pytest
 
 from memory_dag.search_text import (
+    bm25_documents,
     participant_names,
     strip_names,
     strip_names_many,
@@ -52,3 +56,26 @@ def test_search_text_joins_previous_and_current_turn() -> None:
     )
     assert transcript_search_text("Hi", None) == "Hi"
     assert transcript_search_text("Hi", "") == "Hi"
+
+
+def test_bm25_documents_put_the_date_before_dated_transcript_turns() -> None:
+    rows = pl.DataFrame(
+        {
+            "search_text": ["a sunset", "no time", "a note", "late at night"],
+            "event_time": [
+                datetime(2023, 5, 8, 13, 56, tzinfo=UTC),
+                None,
+                datetime(2023, 5, 8, tzinfo=UTC),
+                datetime(2023, 12, 31, 23, 59, tzinfo=UTC),
+            ],
+            "kind": ["transcript", "transcript", "note", "transcript"],
+        },
+        schema_overrides={"event_time": pl.Datetime("us", "UTC")},
+    )
+
+    assert bm25_documents(rows).to_list() == [
+        "[8 May 2023] a sunset",
+        "no time",
+        "a note",
+        "[31 December 2023] late at night",
+    ]
