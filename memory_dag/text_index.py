@@ -1,9 +1,9 @@
 """BM25 over chunk text as one sparse matrix (term → documents): ~1 ms a query at 100k chunks.
 
 One tokenizer serves both the corpus and the queries: lower-cased word tokens, English
-stopwords removed, Snowball-stemmed. Tokenizing runs in Polars over the whole corpus and
-stems each distinct word once, and the BM25 weights are computed as arrays: building the
-index for 100k chunks takes ~2 s (bm25s, which this replaced, took ~13 s with its Python
+stopwords removed, Snowball-stemmed. The corpus is cut at spaces by Polars and each distinct
+piece is tokenized once, and the BM25 weights are computed as arrays: building the index
+for 100k chunks takes ~3 s (bm25s, which this replaced, took ~13 s with its Python
 tokenizer). The scores are bm25s's Lucene variant exactly (checked in tests). DuckDB's own
 FTS index is also built (for SQL users), but at ~140 ms a query it is too slow for the
 search path.

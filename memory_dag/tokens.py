@@ -42,8 +42,9 @@ CL100K_PATTERN = (
 )
 #: The same cut for text whose whitespace is single spaces, in the syntax of Polars' regex
 #: (no look-ahead, no possessive quantifiers). There, `\s+(?!\S)` and `\s++$` can only
-#: match one space, as `\s` does; `\s*[\r\n]` and `[\r\n]*` need a line break; and no
-#: possessive quantifier gives anything back that a later part of its alternative could use.
+#: match one space, as `\s` does; `\s*[\r\n]` and `[\r\n]*` need a line break; and
+#: possessiveness changes nothing: the one place where backtracking could differ,
+#: `[^\r\n\p{L}\p{N}]?+\p{L}++`, would retry `\p{L}` on the non-letter it gave back.
 SINGLE_SPACED_PIECES = (
     r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s"
 )

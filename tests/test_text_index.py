@@ -7,6 +7,7 @@ from pathlib import Path
 
 import bm25s
 import numpy as np
+import polars as pl
 import pytest
 
 from memory_dag.text_index import TextIndex, tokenize, tokenize_corpus
@@ -30,7 +31,8 @@ QUERIES = [
     "",
 ]
 
-# Python's `re` tokenizes queries, Polars' Rust regex tokenizes documents: they must agree.
+# Words are defined by Polars' regex (TOKEN_PATTERN); Python's `re` cuts them out of queries and
+# of the documents' distinct pieces: they must agree in every script.
 MULTILINGUAL = [
     "naïve café, Ünïcödé straße — résumé",
     "x_y foo-bar 3.14 I'm can't 1st 2nd",
@@ -74,6 +76,14 @@ def test_queries_and_documents_are_tokenized_alike(text: str) -> None:
     terms = tokenize_corpus([text])
 
     assert [terms.vocab[t] for t in terms.term_ids] == tokenize(text)
+
+
+def test_python_word_pattern_equals_the_polars_definition() -> None:
+    from memory_dag.text_index import TOKEN_PATTERN, _word_pattern
+
+    by_polars = pl.Series(MULTILINGUAL).str.extract_all(TOKEN_PATTERN).to_list()
+
+    assert by_polars == [_word_pattern().findall(text) for text in MULTILINGUAL]
 
 
 def test_corpus_tokens_keep_their_documents() -> None:
