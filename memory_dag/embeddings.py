@@ -150,9 +150,7 @@ class WordLlamaProvider:
             return l2_normalise(wl.embed(texts))
         # Mean pooling is linear: token counts @ token vectors, then unit length (the mean's
         # 1/len factor disappears in the normalisation).
-        if len(texts) < bag.split_min_texts:
-            return l2_normalise(bag.token_sums(texts, wl.embedding))
-        return l2_normalise(np.asarray(bag.counts(texts) @ wl.embedding))
+        return l2_normalise(bag.token_sums(texts, wl.embedding))
 
 
 def _parse_wordllama_model(model: str) -> tuple[str, int]:

@@ -231,10 +231,7 @@ class _EpisodeColumns:
     (100k turns: ~0.2 s, where a dict per row cost ~1 s)."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {
-            name: [] for name in _EPISODE_SCHEMA.names if name not in _EPISODE_CONSTANTS
-        }
-        del self.columns["created_at"]  # the time of the run, given to `table`
+        self.columns: dict[str, list[Any]] = {name: [] for name in _EPISODE_TURN_COLUMNS}
 
     def add(self, path: str, turns: list[Turn], errors: list[IngestError]) -> None:
         """The turns of one file; a repeated turn id is kept under its line (and reported)."""
@@ -271,7 +268,19 @@ class _EpisodeColumns:
         return pa.Table.from_arrays(arrays, schema=_EPISODE_SCHEMA)
 
 
-#: Columns every episode row has the same value in.
+#: Columns of an episode row that come from its turn; the others are the same in every row.
+_EPISODE_TURN_COLUMNS = (
+    "id",
+    "content",
+    "conversation_id",
+    "session_id",
+    "source_role",
+    "speaker",
+    "turn_id",
+    "path",
+    "line",
+    "event_time",
+)
 _EPISODE_CONSTANTS: dict[str, Any] = {
     "kind": "episode",
     "decay_rate": 0.0,  # raw turns are the record; facts decay, episodes do not

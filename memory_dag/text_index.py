@@ -24,6 +24,8 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from memory_dag.pieces import number_pieces
+
 #: Words: maximal runs of two or more word characters (Unicode `\w` as Rust's regex defines it).
 TOKEN_PATTERN = r"\b\w\w+\b"
 # BM25 parameters (Lucene variant). b = 0.3 rather than the usual 0.75: chat turns vary in
@@ -64,11 +66,7 @@ def tokenize_corpus(texts: Sequence[str] | pl.Series) -> Terms:
     a corpus repeats its pieces so much that this is ~2x faster than a regex per text.
     """
     series = texts if isinstance(texts, pl.Series) else pl.Series("text", list(texts), pl.String)
-    pieces = series.fill_null("").str.split(" ")
-    pieces_per_doc = pieces.list.len().to_numpy()
-    flat = pieces.explode()  # an empty text is one empty piece, which has no terms
-    distinct = flat.unique(maintain_order=True)
-    piece_code = flat.cast(pl.Enum(distinct)).to_physical().to_numpy()
+    pieces = number_pieces(series.fill_null("").str.split(" "))
     # Terms of each distinct piece, as a ragged array: piece p has terms[starts[p]:starts[p+1]].
     find_words = _word_pattern().findall
     vocab_index: dict[str, int] = {}
@@ -76,7 +74,7 @@ def tokenize_corpus(texts: Sequence[str] | pl.Series) -> Terms:
         [vocab_index.setdefault(t, len(vocab_index)) for t in _terms_of_words(words) if t]
         if (words := find_words(piece))
         else []
-        for piece in distinct.to_list()
+        for piece in pieces.distinct.to_list()
     ]
     lengths = np.fromiter(map(len, piece_terms), dtype=np.int32, count=len(piece_terms))
     starts = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -86,11 +84,10 @@ def tokenize_corpus(texts: Sequence[str] | pl.Series) -> Terms:
     )
     # Every occurrence of a piece gives its document that piece's terms. Stopwords and
     # punctuation (no terms) are dropped first: they are about half of all pieces.
-    doc_of_piece = np.repeat(np.arange(len(pieces_per_doc), dtype=np.int32), pieces_per_doc)
-    occurrence_terms = lengths[piece_code]
+    occurrence_terms = lengths[pieces.codes]
     kept = occurrence_terms > 0
-    piece_code, occurrence_terms = piece_code[kept], occurrence_terms[kept]
-    doc_ids = np.repeat(doc_of_piece[kept], occurrence_terms)
+    piece_code, occurrence_terms = pieces.codes[kept], occurrence_terms[kept]
+    doc_ids = np.repeat(pieces.text_of_each()[kept], occurrence_terms)
     output_start = np.cumsum(occurrence_terms, dtype=np.int64) - occurrence_terms
     offset = np.repeat(starts[:-1][piece_code] - output_start, occurrence_terms)
     term_ids = all_terms[offset + np.arange(len(doc_ids), dtype=np.int64)]

