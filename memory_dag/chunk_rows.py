@@ -67,6 +67,9 @@ TURN_COLUMNS = [
     "line",
 ]
 
+#: Columns of a `files` row that every chunk of the file carries.
+FILE_COLUMNS = ("path", "source", "kind", "hash", "conversation_id", "session_id")
+
 ChunkView = tuple[str, str | None, str | None, datetime | None]  # search, speaker, role, time
 
 
@@ -117,9 +120,11 @@ def transcript_chunk_rows(
         return CHUNK_SCHEMA.empty_table()
     files_by_path = {file["path"]: file for file in files}
     # A session is columnar when each of its turns is one chunk exactly as it is.
-    fits = turns.group_by("path").agg((pl.col("tokens") <= max_tokens).all().alias("fits"))
-    columnar_paths = fits.filter(pl.col("fits"))["path"] if max_turns == 1 else []
-    is_columnar = pl.col("path").is_in(pl.Series(columnar_paths, dtype=pl.String))
+    columnar_paths = pl.Series([], dtype=pl.String)
+    if max_turns == 1:
+        fits = turns.group_by("path").agg(fits=(pl.col("tokens") <= max_tokens).all())
+        columnar_paths = fits.filter("fits")["path"]
+    is_columnar = pl.col("path").is_in(columnar_paths)
     tables = [
         _single_turn_rows(turns.filter(is_columnar), files_by_path, now),
         _packed_rows(
@@ -183,26 +188,9 @@ def _single_turn_rows(
         return CHUNK_SCHEMA.empty_table()
     previous = pl.col("stripped").shift(1).over("path")
     file_columns = pl.DataFrame(
-        [
-            {
-                "path": file["path"],
-                "source": file["source"],
-                "kind": file["kind"],
-                "file_hash": file["hash"],
-                "file_conversation_id": file["conversation_id"],
-                "file_session_id": file["session_id"],
-            }
-            for file in files_by_path.values()
-        ],
-        schema={
-            "path": pl.String,
-            "source": pl.String,
-            "kind": pl.String,
-            "file_hash": pl.String,
-            "file_conversation_id": pl.String,
-            "file_session_id": pl.String,
-        },
-    )
+        [{name: file[name] for name in FILE_COLUMNS} for file in files_by_path.values()],
+        schema=dict.fromkeys(FILE_COLUMNS, pl.String),
+    ).rename(lambda name: name if name in ("path", "source", "kind") else f"file_{name}")
     frame = turns.with_columns(
         number=pl.int_range(pl.len()).over("path"),
         # `transcript_search_text`: the previous turn and this one, empty parts left out.

@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -684,7 +684,9 @@ def build_indexes(
 BACKGROUND_NICE = 19
 
 
-def _in_background(build: Any, settings: Settings, force: bool) -> StageReport:
+def _in_background(
+    build: Callable[..., StageReport], settings: Settings, force: bool
+) -> StageReport:
     if sys.platform.startswith("linux"):  # Linux gives each thread its own nice value
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)

@@ -131,7 +131,9 @@ def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> 
     return rows.num_rows
 
 
-def fetch_arrow(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None):
+def fetch_arrow(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None
+) -> pa.Table:
     """The whole result as one Arrow table (`.arrow()` may hand back a batch reader)."""
     result = con.execute(sql, params or []).arrow()
     return result.read_all() if hasattr(result, "read_all") else result

@@ -71,9 +71,11 @@ def tokenize_corpus(texts: Sequence[str] | pl.Series) -> Terms:
     find_words = _word_pattern().findall
     vocab_index: dict[str, int] = {}
     piece_terms = [
-        [vocab_index.setdefault(t, len(vocab_index)) for t in _terms_of_words(words) if t]
-        if (words := find_words(piece))
-        else []
+        [
+            vocab_index.setdefault(term, len(vocab_index))
+            for term in _terms_of_words(find_words(piece))
+            if term is not None
+        ]
         for piece in pieces.distinct.to_list()
     ]
     lengths = np.fromiter(map(len, piece_terms), dtype=np.int32, count=len(piece_terms))

