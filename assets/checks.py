@@ -1,4 +1,4 @@
-"""Asset checks (Great Expectations suites from `memory_dag.quality`), visible in the UI.
+"""Asset checks (Great Expectations suites from `memory_dag.store.quality`), visible in the UI.
 
 The chunk and embedding checks are blocking: a broken chunk table or a mixed-dimension
 embedding set must not be published into the search index.
@@ -6,9 +6,11 @@ embedding set must not be published into the search index.
 
 import dagster as dg
 
-from assets.ingest import SEARCH_INDEX, chunk_embeddings, chunks
+from assets.embed import chunk_embeddings
+from assets.index import SEARCH_INDEX
+from assets.ingest import chunks
 from assets.resources import MemoryStoreResource
-from memory_dag import quality
+from memory_dag.store import quality
 
 
 def _result(outcome: quality.CheckOutcome) -> dg.AssetCheckResult:

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.embed import EMBED_ASSETS
+from assets.index import INDEX_ASSETS
 from assets.ingest import INGEST_ASSETS
-from assets.write_path import WRITE_PATH_ASSETS
+from assets.memories import MEMORY_ASSETS
+
+#: Files → chunks → embeddings → indexes: the first stages, without facts and entities.
+FIRST_STAGES = [*INGEST_ASSETS, *EMBED_ASSETS, *INDEX_ASSETS]
+#: What `ingest_job` materializes: the first stages plus facts and entities.
+PIPELINE_ASSETS = [*FIRST_STAGES, *MEMORY_ASSETS]
 
 #: Steps (ops) that take `force`; `indexes` builds both search_index and chunks_fts.
 _FORCEABLE = ["workspace_files", "chunks", "indexes"]
-_PIPELINE = dg.AssetSelection.assets(*INGEST_ASSETS, *WRITE_PATH_ASSETS)
+_PIPELINE = dg.AssetSelection.assets(*PIPELINE_ASSETS)
 
 ingest_job = dg.define_asset_job(
     "ingest_job",

@@ -14,7 +14,7 @@ import dagster as dg
 
 from assets.metadata import log_report, report_metadata
 from assets.resources import MemoryStoreResource
-from memory_dag import maintenance
+from memory_dag.maintenance.nightly import JOBS
 
 GROUP = "maintenance"
 KEY_PREFIX = "maintenance"
@@ -40,7 +40,7 @@ def _run(
     config: MaintenanceRunConfig,
     job: str,
 ) -> dg.MaterializeResult:
-    report = maintenance.JOBS[job](memory.settings(), config.now())
+    report = JOBS[job](memory.settings(), config.now())
     log_report(context, report, echo=memory.progress)
     return dg.MaterializeResult(metadata=report_metadata(report))
 

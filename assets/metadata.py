@@ -6,7 +6,7 @@ from typing import Any
 
 import dagster as dg
 
-from memory_dag.pipeline import StageReport
+from memory_dag.reports import StageReport
 
 
 def _markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -31,6 +31,18 @@ def report_metadata(report: StageReport) -> dict[str, Any]:
     if report.errors:
         metadata["error_details"] = dg.MetadataValue.md(_markdown_table(report.errors[:50]))
     return metadata
+
+
+def materialize_result(
+    context: dg.AssetExecutionContext,
+    report: StageReport,
+    *,
+    echo: bool,
+    metadata: dict[str, Any] | None = None,
+) -> dg.MaterializeResult:
+    """Log a stage's report and turn it into the asset's materialization."""
+    log_report(context, report, echo=echo)
+    return dg.MaterializeResult(metadata=metadata or report_metadata(report))
 
 
 def log_report(context: dg.AssetExecutionContext, report: StageReport, *, echo: bool) -> None:

@@ -30,3 +30,9 @@ class MemoryStoreResource(dg.ConfigurableResource):
             embedding_provider=self.embedding_provider,
             embedding_model=self.embedding_model,
         )
+
+
+class RebuildConfig(dg.Config):
+    """`force: true` re-reads, re-chunks and re-indexes everything (the reindex job sets it)."""
+
+    force: bool = False

@@ -1,15 +1,17 @@
 """Conversation summaries: one partition per conversation, so each can be re-run or backfilled.
 
 The partitions are added by `sensors/conversations.py` as conversations appear. The work is
-`memory_dag.conversation_summaries.summarize_conversation`; a summarizer failure fails the run,
-is recorded in `events`, and leaves the previous summary active.
+`memory_dag.summaries.conversation_summaries.summarize_conversation`; a summarizer failure
+fails the run, is recorded in `events`, and leaves the previous summary active.
 """
 
 import dagster as dg
 
-from assets.ingest import SEARCH_INDEX, chunk_embeddings, workspace_files
+from assets.embed import chunk_embeddings
+from assets.index import SEARCH_INDEX
+from assets.ingest import workspace_files
 from assets.resources import MemoryStoreResource
-from memory_dag.store import StoreLockedError
+from memory_dag.store.connection import StoreLockedError
 
 conversations = dg.DynamicPartitionsDefinition(name="conversations")
 
@@ -24,7 +26,7 @@ class SummaryConfig(dg.Config):
     group_name="summaries",
     pool="duckdb",
     kinds={"duckdb"},
-    # Facts (assets/write_path.py) are input too; by key, as that module may not be loaded.
+    # Facts (assets/memories.py) are input too; by key, as that module may not be loaded.
     deps=[workspace_files, dg.AssetKey("facts")],
     partitions_def=conversations,
 )
@@ -33,7 +35,7 @@ def conversation_summaries(
 ) -> dg.MaterializeResult:
     """The adaptive summary tree (NONE … HIERARCHICAL) of one conversation in `summaries`."""
     # Imported here: the summarizer pulls in the LLM client, which the code server never needs.
-    from memory_dag.conversation_summaries import summarize_conversation
+    from memory_dag.summaries.conversation_summaries import summarize_conversation
 
     try:
         run = summarize_conversation(memory.settings(), context.partition_key, force=config.force)

@@ -15,9 +15,10 @@ vocabulary, real participant names), then:
    stage is done ("end to end"). Then a second, incremental run with nothing changed. With
    --ingest-repeats R the cold ingest is repeated on fresh stores (same corpus) and medians
    are printed.
-2. search: a warm `memory_dag.search.Searcher`; >= --queries queries (half LoCoMo questions with
-   the names mapped onto the generated conversations, half turn prefixes), unscoped and scoped
-   to one conversation (`SearchFilters(conversation=...)`), with fusion "blend" and "zscore".
+2. search: a warm `memory_dag.index.search.Searcher`; >= --queries queries (half LoCoMo
+   questions with the names mapped onto the generated conversations, half turn prefixes),
+   unscoped and scoped to one conversation (`SearchFilters(conversation=...)`), with fusion
+   "blend" and "zscore".
    Each variant is timed --search-repeats times (interleaved); the median of each percentile
    over repeats is printed.
 
@@ -49,9 +50,13 @@ from pathlib import Path
 
 import numpy as np
 
-from memory_dag import pipeline
 from memory_dag.config import Settings
-from memory_dag.tokens import count_tokens_batch
+from memory_dag.embed.chunk_embeddings import embed_chunks
+from memory_dag.index.build import build_indexes
+from memory_dag.ingest.chunks import build_chunks
+from memory_dag.ingest.files import sync_files
+from memory_dag.ingest.tokens import count_tokens_batch
+from memory_dag.reports import StageReport
 
 LOCOMO_DIR = Path("/work/shared/datasets/locomo-dev")
 CONVERSATIONS = 20
@@ -233,23 +238,23 @@ def maybe_profile(profile_dir: Path | None, name: str):
 def run_ingest(settings: Settings, profile_dir: Path | None, tag: str) -> dict[str, float]:
     """Every stage, timed with perf_counter around the stage call; returns seconds per stage.
 
-    The two indexes are built side by side (`pipeline.build_indexes`, as the pipeline does):
+    The two indexes are built side by side (`build_indexes`, as the pipeline does):
     "search_index" is when the search index was published, "indexes" when both were done.
     """
     times: dict[str, float] = {}
     counts: dict[str, dict] = {}
     stages = [
-        ("files", pipeline.sync_files),
-        ("chunks", pipeline.build_chunks),
-        ("embeddings", pipeline.embed_chunks),
-        ("indexes", pipeline.build_indexes),
+        ("files", sync_files),
+        ("chunks", build_chunks),
+        ("embeddings", embed_chunks),
+        ("indexes", build_indexes),
     ]
     for name, stage in stages:
         gc.collect()
         with maybe_profile(profile_dir, f"{tag}-{name}"):
             t0 = time.perf_counter()
             reports = stage(settings)
-            for report in [reports] if isinstance(reports, pipeline.StageReport) else reports:
+            for report in [reports] if isinstance(reports, StageReport) else reports:
                 times[report.stage] = time.perf_counter() - t0
                 counts[report.stage] = dict(report.counts)
                 if report.errors:
@@ -343,7 +348,7 @@ def bench_size(size: int, args, sentences, pairs, questions) -> None:
         )
 
         # ---- search ------------------------------------------------------------------------
-        from memory_dag.search import Searcher, SearchFilters
+        from memory_dag.index.search import Searcher, SearchFilters
 
         t0 = time.perf_counter()
         searcher = Searcher(settings)

@@ -5,7 +5,7 @@
 Embeds `--size` generated turns (the corpus of `ingest_search.py`: LoCoMo sentences
 recombined, 60-120 tokens) and the LoCoMo questions with the default WordLlama model, then
 for each (training points per list, k-means iterations) builds the IVF index as
-`memory_dag.vector_index` does and reports build time and recall@k of the exact top k
+`memory_dag.index.vector_index` does and reports build time and recall@k of the exact top k
 (single-threaded queries, as the search path runs them), and finally a sweep over nprobe.
 """
 
@@ -24,8 +24,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest_search import LOCOMO_DIR, load_locomo, make_turn_texts  # noqa: E402
 
-from memory_dag.embeddings import WordLlamaProvider  # noqa: E402
-from memory_dag.vector_index import IVF_PROBE_FRACTION  # noqa: E402
+from memory_dag.embed.providers import WordLlamaProvider  # noqa: E402
+from memory_dag.index.vector_index import IVF_PROBE_FRACTION  # noqa: E402
 
 
 def build_ivf(vectors: np.ndarray, per_list: int, iterations: int) -> faiss.IndexIVFFlat:

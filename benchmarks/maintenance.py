@@ -12,7 +12,7 @@ near-duplicates of another fact of the same conversation (and a few repeat one b
 Every fact and summary is embedded and indexed before the clock starts (WordLlama, no LLM:
 rule judgements, extractive reflection, insights skipped).
 
-Then `maintenance.run_nightly` runs three times and each job is timed: the first night over
+Then `nightly.run_nightly` runs three times and each job is timed: the first night over
 the fresh store (its backlog: every fact never decayed, conversations over the cap), the same
 night again (idempotent: nothing left to do), and the next night (steady state).
 """
@@ -30,9 +30,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from memory_dag import maintenance, pipeline
 from memory_dag.config import Settings
-from memory_dag.store import insert_arrow, open_store
+from memory_dag.embed.chunk_embeddings import embed_chunks
+from memory_dag.index.build import build_search_index
+from memory_dag.maintenance import nightly
+from memory_dag.store.connection import insert_arrow, open_store
 
 NAMES = ["Ana", "Ben", "Caro", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea"]
 SURNAMES = ["Silva", "Okafor", "Tanaka", "Berg", "Novak", "Haddad", "Reyes", "Kim", "Moreau"]
@@ -155,7 +157,7 @@ COLUMNS = {
 def night(settings: Settings, now: datetime, label: str) -> float:
     print(f"\n{label} ({now:%Y-%m-%d %H:%M} UTC)")
     total = 0.0
-    for name, job in maintenance.JOBS.items():
+    for name, job in nightly.JOBS.items():
         report = job(settings, now)
         total += report.seconds
         counts = {k: v for k, v in report.counts.items() if v and k != "index_rows"}
@@ -191,8 +193,8 @@ def main() -> None:
             f"{time.perf_counter() - started:.1f} s"
         )
         started = time.perf_counter()
-        pipeline.embed_chunks(settings)
-        index = pipeline.build_search_index(settings)
+        embed_chunks(settings)
+        index = build_search_index(settings)
         print(
             f"embedded and indexed {index.counts['rows']} documents: "
             f"{time.perf_counter() - started:.1f} s (before the clock starts)"

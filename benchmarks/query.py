@@ -39,11 +39,11 @@ import numpy as np
 import pyarrow as pa
 
 from memory_dag.config import Settings
-from memory_dag.embeddings import get_provider
-from memory_dag.index_files import publish_index
-from memory_dag.query_tool import MemoryQuery, query_memory
-from memory_dag.retrieval import RetrievalConfig, Retriever
-from memory_dag.store import insert_arrow, open_store
+from memory_dag.embed.providers import get_provider
+from memory_dag.index.published import publish_index
+from memory_dag.read.query import MemoryQuery, query_memory
+from memory_dag.read.retriever import RetrievalConfig, Retriever
+from memory_dag.store.connection import insert_arrow, open_store
 
 LOCOMO_DIR = Path("/work/shared/datasets/locomo-dev")
 PER_USER = 1_000

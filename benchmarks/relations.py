@@ -28,11 +28,12 @@ import time
 from pathlib import Path
 
 from memory_dag.config import Settings
-from memory_dag.embeddings import get_provider
-from memory_dag.eval_locomo import _conversation, turn_text
-from memory_dag.facts import extract_facts_rules
-from memory_dag.memory_ops import LINK_MIN, LINK_TOP_K, MemoryWriter, NewMemory
-from memory_dag.store import open_store
+from memory_dag.embed.providers import get_provider
+from memory_dag.eval.locomo import _conversation, turn_text
+from memory_dag.memories.fact_rules import extract_facts_rules
+from memory_dag.memories.relations import LINK_MIN, LINK_TOP_K
+from memory_dag.memories.writer import MemoryWriter, NewMemory
+from memory_dag.store.connection import open_store
 
 CONVERSATION = "bench"
 

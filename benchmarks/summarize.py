@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 
 from memory_dag.config import Settings
-from memory_dag.conversation_summaries import conversation_ids, summarize_conversation
-from memory_dag.eval_locomo import write_workspace
-from memory_dag.pipeline import build_search_index, embed_chunks, run_all
+from memory_dag.embed.chunk_embeddings import embed_chunks
+from memory_dag.eval.locomo import write_workspace
+from memory_dag.index.build import build_search_index
+from memory_dag.pipeline import run_all
+from memory_dag.summaries.conversation_summaries import conversation_ids, summarize_conversation
 
 DEFAULT_DATA = Path("/work/shared/datasets/locomo-dev")
 

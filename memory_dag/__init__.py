@@ -10,10 +10,10 @@ The Dagster assets in `assets/` call the same functions.
 """
 
 from memory_dag.config import Settings
-from memory_dag.pipeline import StageReport
+from memory_dag.index.search import SearchFilters, SearchHit, search
 from memory_dag.pipeline import run_all as ingest
-from memory_dag.search import SearchFilters, SearchHit, search
-from memory_dag.store import open_store
+from memory_dag.reports import StageReport
+from memory_dag.store.connection import open_store
 
 __all__ = [
     "SearchFilters",

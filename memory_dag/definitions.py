@@ -8,13 +8,12 @@ run one at a time anyway: the in-process executor saves a Python process start p
 import dagster as dg
 
 from assets.checks import INGEST_CHECKS
-from assets.evaluation import RETRIEVAL_ASSETS, RETRIEVAL_JOBS, RETRIEVAL_SCHEDULES
-from assets.ingest import INGEST_ASSETS
-from assets.jobs import JOBS
+from assets.eval import EVAL_ASSETS, EVAL_JOBS, EVAL_SCHEDULES
+from assets.jobs import JOBS, PIPELINE_ASSETS
 from assets.maintenance import MAINTENANCE_ASSETS, MAINTENANCE_JOBS
+from assets.read import READ_ASSETS, READ_JOBS, READ_SCHEDULES
 from assets.resources import MemoryStoreResource
 from assets.summaries import SUMMARY_ASSETS, SUMMARY_JOBS
-from assets.write_path import WRITE_PATH_ASSETS
 from schedules.maintenance import SCHEDULES
 from schedules.maintenance_jobs import MAINTENANCE_SCHEDULES
 from sensors.conversations import SUMMARY_SENSORS
@@ -23,16 +22,16 @@ from sensors.workspace import SENSORS
 
 defs = dg.Definitions(
     assets=[
-        *INGEST_ASSETS,
-        *WRITE_PATH_ASSETS,
+        *PIPELINE_ASSETS,
         *SUMMARY_ASSETS,
         *MAINTENANCE_ASSETS,
-        *RETRIEVAL_ASSETS,
+        *READ_ASSETS,
+        *EVAL_ASSETS,
     ],
     asset_checks=INGEST_CHECKS,
-    jobs=[*JOBS, *SUMMARY_JOBS, *MAINTENANCE_JOBS, *RETRIEVAL_JOBS],
+    jobs=[*JOBS, *SUMMARY_JOBS, *MAINTENANCE_JOBS, *READ_JOBS, *EVAL_JOBS],
     sensors=[*SENSORS, *SESSION_SENSORS, *SUMMARY_SENSORS],
-    schedules=[*SCHEDULES, *MAINTENANCE_SCHEDULES, *RETRIEVAL_SCHEDULES],
+    schedules=[*SCHEDULES, *MAINTENANCE_SCHEDULES, *READ_SCHEDULES, *EVAL_SCHEDULES],
     resources={"memory": MemoryStoreResource()},
     executor=dg.in_process_executor,
 )

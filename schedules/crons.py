@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import dagster as dg
+
 #: IANA timezone of all schedules; set MEMORY_DAG_TIMEZONE to change it.
 TIMEZONE = os.environ.get("MEMORY_DAG_TIMEZONE", "UTC")
 
@@ -24,3 +26,17 @@ CRONS: dict[str, str] = {
     # Access counts queued by reads, applied before the night's decay and TTL read them.
     "memory_access": "50 * * * *",
 }
+
+
+def cron_schedule(
+    name: str, job: dg.UnresolvedAssetJobDefinition, description: str
+) -> dg.ScheduleDefinition:
+    """`<name>_schedule`: `job` at `CRONS[name]` in `TIMEZONE`, running from the start."""
+    return dg.ScheduleDefinition(
+        name=f"{name}_schedule",
+        job=job,
+        cron_schedule=CRONS[name],
+        execution_timezone=TIMEZONE,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=description,
+    )

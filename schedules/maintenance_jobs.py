@@ -25,7 +25,7 @@ from assets.maintenance import (
     session_consolidation,
     weekly_reflection,
 )
-from memory_dag.maintenance import DEFAULT_CONFIG
+from memory_dag.maintenance.common import DEFAULT_CONFIG
 from schedules.crons import CRONS, TIMEZONE
 
 SUNDAY = 6

@@ -23,7 +23,7 @@ import dagster as dg
 from assets.ingest import workspace_files
 from assets.resources import MemoryStoreResource
 from assets.summaries import conversation_summaries, conversations, summaries_job, summary_index_job
-from memory_dag.watch import FileState, scan_workspace
+from memory_dag.ingest.watch import FileState, scan_workspace
 from sensors.workspace import DEBOUNCE_SECONDS
 
 

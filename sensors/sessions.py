@@ -13,7 +13,7 @@ import dagster as dg
 
 from assets.jobs import ingest_job
 from assets.resources import MemoryStoreResource
-from memory_dag.write_path import scan_sessions, sessions_fingerprint
+from memory_dag.memories.sessions import scan_sessions, sessions_fingerprint
 
 #: Files younger than this are being written: looked at next time (seed 002's debounce).
 DEBOUNCE_SECONDS = 1.5

@@ -13,7 +13,7 @@ import dagster as dg
 
 from assets.jobs import ingest_job
 from assets.resources import MemoryStoreResource
-from memory_dag.watch import scan_workspace, state_fingerprint
+from memory_dag.ingest.watch import scan_workspace, state_fingerprint
 
 #: Seed 002's watch debounce (1.5 s): files younger than this are looked at next time.
 DEBOUNCE_SECONDS = 1.5

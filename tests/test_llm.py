@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from memory_dag.config import Settings
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
-from memory_dag.prompts import FactList, MemoryDecisionList
+from memory_dag.memories.prompts import FactList, MemoryDecisionList
 from tests.openai_server import Reply, ScriptedOpenAIServer
 
 MESSAGES = [{"role": "user", "content": "My wife is Anne"}]

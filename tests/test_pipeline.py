@@ -9,19 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from memory_dag import index_files
 from memory_dag.config import Settings
-from memory_dag.index_files import current_version, load_index
-from memory_dag.pipeline import (
-    build_chunks,
-    build_indexes,
-    build_search_index,
-    embed_chunks,
-    run_all,
-    sync_files,
-)
-from memory_dag.search import search
-from memory_dag.store import open_store
+from memory_dag.embed.chunk_embeddings import embed_chunks
+from memory_dag.index import published as index_files
+from memory_dag.index.build import build_indexes, build_search_index
+from memory_dag.index.published import current_version, load_index
+from memory_dag.index.search import search
+from memory_dag.ingest.chunks import build_chunks
+from memory_dag.ingest.files import sync_files
+from memory_dag.pipeline import run_all
+from memory_dag.store.connection import open_store
 from tests.conftest import write_jsonl
 
 
@@ -112,7 +109,7 @@ def test_both_indexes_are_built_side_by_side(settings: Settings) -> None:
 def test_a_failed_fts_build_still_publishes_the_search_index(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memory_dag import pipeline
+    from memory_dag.index import build
 
     sync_files(settings)
     build_chunks(settings)
@@ -121,7 +118,7 @@ def test_a_failed_fts_build_still_publishes_the_search_index(
     def broken_fts(settings: Settings, *, force: bool = False) -> None:
         raise RuntimeError("no FTS extension here")
 
-    monkeypatch.setattr(pipeline, "build_fts_index", broken_fts)
+    monkeypatch.setattr(build, "build_fts_index", broken_fts)
     builds = build_indexes(settings)
 
     assert next(builds).stage == "search_index"  # reported before the FTS error surfaces
@@ -131,7 +128,7 @@ def test_a_failed_fts_build_still_publishes_the_search_index(
 
 
 def counts_fts(settings: Settings, query: str) -> list[tuple]:
-    from memory_dag.store import load_fts
+    from memory_dag.store.connection import load_fts
 
     with open_store(settings.db_path) as con:
         load_fts(con)

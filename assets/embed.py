@@ -1,0 +1,20 @@
+"""Embedding assets (`memory_dag/embed/`): one vector per distinct search text and model."""
+
+import dagster as dg
+
+from assets.ingest import chunks
+from assets.metadata import materialize_result
+from assets.resources import MemoryStoreResource
+from memory_dag.embed.chunk_embeddings import embed_chunks
+
+
+@dg.asset(group_name="embed", pool="duckdb", kinds={"duckdb"}, deps=[chunks, dg.AssetKey("facts")])
+def chunk_embeddings(
+    context: dg.AssetExecutionContext, memory: MemoryStoreResource
+) -> dg.MaterializeResult:
+    """One vector per distinct chunk text and model, in `embedding_cache`."""
+    report = embed_chunks(memory.settings(), progress=memory.progress)
+    return materialize_result(context, report, echo=memory.progress)
+
+
+EMBED_ASSETS = [chunk_embeddings]

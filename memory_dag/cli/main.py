@@ -1,0 +1,423 @@
+"""`memory-dag`: ingest, search, SQL, evaluation and the UI, from the command line.
+
+Every command takes --workspace, --db, --index-dir and --json; all go through the same
+library functions the Dagster assets call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from memory_dag.cli.common import print_json, settings_from_args
+from memory_dag.config import Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- ingest ----------------------------------------------------------------------------------
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    started = time.perf_counter()
+    if args.no_dagster or not _dagster_layer_available():
+        from memory_dag.pipeline import run_all
+
+        if not args.json:
+            print("running the pipeline stages in-process (no Dagster)", file=sys.stderr)
+        reports = run_all(settings, force=args.force, progress=not args.json)
+        stages = {
+            r.stage: {
+                "counts": r.counts,
+                "seconds": r.seconds,
+                "notes": r.notes,
+                "skipped": r.skipped,
+                "errors": r.errors,
+            }
+            for r in reports
+        }
+        if not args.json:
+            for report in reports:
+                print(report.line(), file=sys.stderr)
+    else:
+        stages = _ingest_with_dagster(settings, force=args.force, progress=not args.json)
+    summary = {
+        "workspace": str(settings.workspace),
+        "db": str(settings.db_path),
+        "index": str(settings.index_dir),
+        "seconds": round(time.perf_counter() - started, 2),
+        "stages": stages,
+        "tables": _table_counts(settings),
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        _print_ingest_summary(summary)
+    return 0
+
+
+def _dagster_layer_available() -> bool:
+    """The Dagster layer (assets/, sensors/, schedules/) lives in the checkout, not the wheel."""
+    if (REPO_ROOT / "assets" / "ingest.py").exists():
+        if str(REPO_ROOT) not in sys.path:
+            sys.path.insert(0, str(REPO_ROOT))
+        return True
+    return False
+
+
+def _dagster_instance():  # -> dagster.DagsterInstance
+    """The instance `memory-dag ui` uses (so CLI runs show in the UI), else an ephemeral one."""
+    import dagster as dg
+
+    if os.environ.get("DAGSTER_HOME"):
+        return dg.DagsterInstance.get()
+    home = REPO_ROOT / "data" / "dagster_home"
+    if (home / "dagster.yaml").exists():
+        from dagster._core.instance.ref import InstanceRef
+
+        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    return dg.DagsterInstance.ephemeral()
+
+
+def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
+    """Materialize every ingest asset (and its checks) in this process, like a UI click."""
+    import dagster as dg
+
+    from assets.checks import INGEST_CHECKS
+    from assets.embed import chunk_embeddings
+    from assets.index import SEARCH_INDEX, indexes
+    from assets.jobs import PIPELINE_ASSETS
+    from assets.resources import MemoryStoreResource
+    from assets.summaries import SUMMARY_ASSETS
+    from assets.summaries import conversations as PARTITIONS
+    from memory_dag.summaries.conversation_summaries import conversation_ids
+
+    resource = MemoryStoreResource(
+        workspace=str(settings.workspace),
+        db_path=str(settings.db_path),
+        index_dir=str(settings.index_dir),
+        embedding_provider=settings.embedding_provider,
+        embedding_model=settings.embedding_model or None,
+        progress=progress,
+    )
+    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    if force:
+        run_config["ops"] = {
+            name: {"config": {"force": True}} for name in ("workspace_files", "chunks", "indexes")
+        }
+    if progress:
+        print("materializing the ingest assets with Dagster (in-process)", file=sys.stderr)
+    instance = _dagster_instance()
+    resources = {"memory": resource}
+    results = [
+        dg.materialize(
+            [*PIPELINE_ASSETS, *INGEST_CHECKS],
+            resources=resources,
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=True,
+        )
+    ]
+    # One run per conversation partition of the summaries, then index what they wrote.
+    conversations = conversation_ids(settings)
+    if conversations:
+        instance.add_dynamic_partitions(PARTITIONS.name, conversations)
+        quiet = {"loggers": run_config["loggers"]}
+        for conversation in conversations:
+            if progress:
+                print(f"summarizing {conversation}", file=sys.stderr, flush=True)
+            results.append(
+                dg.materialize(
+                    SUMMARY_ASSETS,
+                    resources=resources,
+                    instance=instance,
+                    partition_key=conversation,
+                    run_config=quiet,
+                )
+            )
+        results.append(
+            dg.materialize(
+                [chunk_embeddings, indexes, *INGEST_CHECKS],
+                selection=[chunk_embeddings.key, SEARCH_INDEX],
+                resources=resources,
+                instance=instance,
+                run_config=quiet,
+            )
+        )
+    stages: dict[str, Any] = {}
+    for result in results:
+        for event in result.get_asset_materialization_events():
+            materialization = event.materialization
+            name = materialization.asset_key.to_user_string()
+            if event.partition:
+                name = f"{name}[{event.partition}]"
+            if name in stages:  # the re-index after the summaries
+                name = f"{name} (after summaries)"
+            stages[name] = {k: _metadata_value(v) for k, v in materialization.metadata.items()}
+        for evaluation in result.get_asset_check_evaluations():
+            stages.setdefault("checks", {})[evaluation.check_name] = (
+                "passed" if evaluation.passed else "FAILED"
+            )
+    return stages
+
+
+def _metadata_value(value: Any) -> Any:
+    raw = getattr(value, "value", value)
+    return raw if isinstance(raw, int | float | bool | str) else str(raw)
+
+
+def _table_counts(settings: Settings) -> dict[str, int]:
+    from memory_dag.store.connection import open_store
+
+    tables = [
+        "files",
+        "episodes",
+        "notes",
+        "chunks",
+        "facts",
+        "entities",
+        "summaries",
+        "embedding_cache",
+        "ingest_errors",
+    ]
+    with open_store(settings.db_path, read_only=True) as con:
+        return {t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables}
+
+
+def _print_ingest_summary(summary: dict[str, Any]) -> None:
+    print(f"\nmemory store  {summary['db']}")
+    print(f"search index  {summary['index']}")
+    print("tables        " + ", ".join(f"{t} {n}" for t, n in summary["tables"].items()))
+    checks = summary["stages"].get("checks")
+    if checks:
+        print("checks        " + ", ".join(f"{name} {state}" for name, state in checks.items()))
+    errors = summary["tables"].get("ingest_errors", 0)
+    if errors:
+        print(f'ingest errors {errors}: memory-dag sql "SELECT * FROM ingest_errors"')
+    print(f'done in {summary["seconds"]}s. Try: memory-dag search "what does the user like?"')
+
+
+# --- search / sql ----------------------------------------------------------------------------
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from memory_dag.index.search import search
+
+    settings = settings_from_args(args)
+    hits = search(
+        args.query,
+        settings=settings,
+        k=args.k,
+        conversation=args.conversation,
+        session=args.session,
+        source=args.source,
+        path=args.path,
+        kind=args.kind,
+        min_score=args.min_score,
+        fusion=args.fusion,
+    )
+    if args.json:
+        print_json([hit.to_dict() for hit in hits])
+        return 0
+    if not hits:
+        print("no results above the minimum score (try --min-score 0)")
+    for rank, hit in enumerate(hits, 1):
+        where = f"{hit.path}:{hit.start_line}-{hit.end_line}"
+        print(f"{rank}. [{hit.score:.3f}] {where}")
+        snippet = hit.snippet if len(hit.snippet) <= 300 else hit.snippet[:297] + "..."
+        print("   " + snippet.replace("\n", "\n   "))
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from memory_dag.store.connection import load_fts, open_store
+
+    settings = settings_from_args(args)
+    with open_store(settings.db_path, read_only=True) as con:
+        load_fts(con)
+        cursor = con.execute(args.query)
+        if cursor.description is None:
+            return 0
+        columns = [d[0] for d in cursor.description]
+        rows = cursor.fetchall()
+    if args.json:
+        print_json([dict(zip(columns, row, strict=True)) for row in rows])
+    else:
+        _print_table(columns, rows)
+    return 0
+
+
+def _print_table(columns: list[str], rows: Sequence[Sequence[Any]], width: int = 60) -> None:
+    cells = [[_cell(v, width) for v in row] for row in rows]
+    sizes = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(s) for c, s in zip(columns, sizes, strict=True)))
+    print("  ".join("-" * s for s in sizes))
+    for row in cells:
+        print("  ".join(v.ljust(s) for v, s in zip(row, sizes, strict=True)))
+    print(f"({len(rows)} rows)")
+
+
+def _cell(value: Any, width: int) -> str:
+    text = "NULL" if value is None else str(value).replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# --- eval ------------------------------------------------------------------------------------
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from memory_dag.eval.locomo import evaluate_locomo, format_report
+
+    ks = [int(k) for k in args.k.split(",") if k.strip()]
+    if args.stages:
+        from memory_dag.eval.stages import evaluate_stages, format_stage_report
+
+        report = evaluate_stages(
+            Path(args.data),
+            ks=ks,
+            store_dir=Path(args.store) if args.store else None,
+            reranker_model=args.reranker,
+            progress=not args.json,
+        )
+        if args.json:
+            print_json(report)
+        else:
+            print(format_stage_report(report))
+        return 0
+    report = evaluate_locomo(
+        Path(args.data),
+        ks=ks,
+        store_dir=Path(args.store) if args.store else None,
+        progress=not args.json,
+    )
+    if args.json:
+        print_json(report)
+    else:
+        print(format_report(report))
+    return 0
+
+
+# --- ui --------------------------------------------------------------------------------------
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """`dagster dev` on this checkout, with the instance in data/dagster_home (pools set)."""
+    env = dict(os.environ)
+    env.setdefault("DAGSTER_HOME", str(REPO_ROOT / "data" / "dagster_home"))
+    command = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        str(REPO_ROOT / "workspace.yaml"),
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
+    print(f"DAGSTER_HOME={env['DAGSTER_HOME']} {' '.join(command[1:])}", file=sys.stderr)
+    os.chdir(REPO_ROOT)
+    os.execve(sys.executable, command, env)
+    return 0  # not reached
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--workspace", help="workspace folder (default data/workspace)")
+    common.add_argument("--db", help="DuckDB store (default data/memory.duckdb)")
+    common.add_argument("--index-dir", help="search index folder (default data/index)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    parser = argparse.ArgumentParser(
+        prog="memory-dag", description="Long-term memory for LLM agents (Dagster + DuckDB)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    ingest = commands.add_parser("ingest", parents=[common], help="materialize every asset")
+    ingest.add_argument("--force", action="store_true", help="re-read and re-index everything")
+    ingest.add_argument("--no-dagster", action="store_true", help="run the library stages only")
+    ingest.set_defaults(func=cmd_ingest)
+
+    search = commands.add_parser("search", parents=[common], help="hybrid search")
+    search.add_argument("query")
+    search.add_argument("--k", type=int, default=None, help="results (default 6)")
+    search.add_argument("--conversation")
+    search.add_argument("--session")
+    search.add_argument("--source", choices=["memory", "sessions"])
+    search.add_argument("--path", help="a file, or a folder ending in /")
+    search.add_argument(
+        "--kind",
+        choices=[
+            "note",
+            "entry",
+            "transcript",
+            "fact",
+            "summary",
+            "reflection",
+            "insight",
+            "procedural",
+        ],
+    )
+    search.add_argument("--min-score", type=float, default=None, help="default 0.35")
+    search.add_argument(
+        "--fusion", choices=["zscore", "blend", "rrf"], default=None, help="default zscore"
+    )
+    search.set_defaults(func=cmd_search)
+
+    sql = commands.add_parser("sql", parents=[common], help="run SQL on the store (read-only)")
+    sql.add_argument("query")
+    sql.set_defaults(func=cmd_sql)
+
+    evaluate = commands.add_parser("eval", help="retrieval quality on a benchmark")
+    benchmarks = evaluate.add_subparsers(dest="benchmark", required=True)
+    locomo = benchmarks.add_parser("locomo", parents=[common], help="LoCoMo recall@k")
+    locomo.add_argument("data", help="folder of LoCoMo conversation JSON files")
+    locomo.add_argument("--k", default="1,5,10,25", help="comma-separated cut-offs")
+    locomo.add_argument("--store", help="keep the evaluation store in this folder")
+    locomo.add_argument("--stages", action="store_true", help="recall per read-path stage")
+    locomo.add_argument("--reranker", help="ONNX cross-encoder for the + rerank stage")
+    locomo.set_defaults(func=cmd_eval)
+
+    for register in _command_modules():
+        register(commands, common)
+
+    ui = commands.add_parser("ui", help="open the Dagster UI (dagster dev) on this project")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.set_defaults(func=cmd_ui)
+    return parser
+
+
+def _command_modules() -> list[Any]:
+    """Command groups kept beside the code they drive (memory operations, summaries, ...)."""
+    from memory_dag.cli import memories, read, summaries
+
+    return [memories.register, read.register, summaries.register]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except FileNotFoundError as error:
+        print(f"memory-dag: {error}", file=sys.stderr)
+        return 2
+    except duckdb.Error as error:
+        print(f"memory-dag: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

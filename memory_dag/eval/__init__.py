@@ -1,0 +1,1 @@
+"""Evaluation: LoCoMo retrieval recall, overall and per read-path stage."""

@@ -1,0 +1,295 @@
+"""The published search index: one immutable folder per build, swapped in atomically.
+
+    data/index/
+      CURRENT                  name of the live version folder (replaced with os.replace)
+      v20261122T040501-3f2a/
+        manifest.json          model, dimensions, row count, index type, fingerprint
+        vectors.faiss          FAISS index; FAISS id = row number
+        vectors.npy            the same vectors in row order (scoped exact search, MMR)
+        bm25/                  BM25 weights, term → rows (see text_index.py)
+        rows.parquet           row number → chunk id, path, lines, ids, snippet
+
+A build writes a hidden temporary folder, renames it into place, then swaps CURRENT. A
+reader therefore always sees a whole version: the last good one if a build crashed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memory_dag.index.search_text import bm25_documents
+from memory_dag.index.text_index import TextIndex
+from memory_dag.index.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
+
+FORMAT_VERSION = 3  # bump when the folder layout or row columns change
+KEEP_VERSIONS = 2  # the live one and its predecessor (a reader may still be loading it)
+
+ROW_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("kind", pa.string()),
+        ("source", pa.string()),
+        ("path", pa.string()),
+        ("start_line", pa.int32()),
+        ("end_line", pa.int32()),
+        ("text", pa.string()),
+        ("search_text", pa.string()),
+        ("speaker", pa.string()),
+        ("turn_ids", pa.list_(pa.string())),
+        ("conversation_id", pa.string()),
+        ("session_id", pa.string()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("role", pa.string()),
+        ("category", pa.string()),
+        ("user_id", pa.string()),
+        ("agent_id", pa.string()),
+        ("importance", pa.int32()),
+        ("pinned", pa.bool_()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+#: Kinds of rows that are pieces of workspace files (the rest are derived memories).
+CHUNK_KINDS = frozenset({"note", "entry", "transcript"})
+
+#: Text columns that searches can filter on by equality, kept as integer codes in memory.
+CODED_COLUMNS = (
+    "kind",
+    "source",
+    "path",
+    "conversation_id",
+    "session_id",
+    "speaker",
+    "role",
+    "category",
+    "user_id",
+    "agent_id",
+)
+
+
+class IndexNotBuiltError(FileNotFoundError):
+    """No index has been published yet in this folder."""
+
+
+@dataclass
+class PublishedIndex:
+    """A loaded, read-only index version; everything search needs, in memory."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    faiss_index: faiss.Index
+    vectors: np.ndarray
+    text: TextIndex
+    rows: dict[str, list[Any]]
+    rows_by_conversation: dict[str | None, np.ndarray] = field(default_factory=dict)
+    rows_by_session: dict[str | None, np.ndarray] = field(default_factory=dict)
+    #: Row number of the previous / next chunk of the same file (-1 at either end).
+    prev_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    next_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: Small integer per file path (sessions are files) and per lower-cased speaker (-1: none).
+    path_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    speaker_code: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    speakers: list[str] = field(default_factory=list)
+    #: column → (integer code per row, value → code), for the filterable text columns.
+    codes: dict[str, tuple[np.ndarray, dict[Any, int]]] = field(default_factory=dict)
+    importance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pinned: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    updated_us: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def size(self) -> int:
+        return int(self.manifest["count"])
+
+
+def publish_index(
+    index_dir: Path,
+    rows: pa.Table,
+    vectors: np.ndarray,
+    *,
+    provider: str,
+    model: str,
+    fingerprint: str,
+) -> dict[str, Any]:
+    """Build FAISS + BM25 for `rows`/`vectors`, write a new version, make it current."""
+    if rows.num_rows != len(vectors):
+        raise ValueError(f"{rows.num_rows} rows but {len(vectors)} vectors")
+    for name in ROW_SCHEMA.names:  # optional columns default to null
+        if name not in rows.column_names:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows, ROW_SCHEMA.field(name).type))
+    rows = rows.select(ROW_SCHEMA.names).cast(ROW_SCHEMA)
+    index_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    name = f"v{stamp}-{uuid.uuid4().hex[:6]}"
+    staging = index_dir / f".tmp-{name}"
+    staging.mkdir()
+    try:
+        dims = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
+        # FAISS trains and adds outside the GIL: it runs beside the BM25 build (which is
+        # mostly Python and Polars), ~2 s at 100k rows that would otherwise come on top.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="faiss-build") as background:
+            vector_files = background.submit(_write_vector_files, vectors, dims, staging)
+            columns = rows.select(["search_text", "event_time", "kind"])
+            documents = bm25_documents(pl.from_arrow(columns))
+            TextIndex.build(documents).save(staging / "bm25")
+            pq.write_table(rows, staging / "rows.parquet")
+            vector_files.result()
+        manifest = {
+            "format": FORMAT_VERSION,
+            "version": name,
+            "built_at": datetime.now(UTC).isoformat(),
+            "provider": provider,
+            "model": model,
+            "dims": dims,
+            "count": rows.num_rows,
+            "faiss_type": index_type_for(rows.num_rows) if dims else "none",
+            "fingerprint": fingerprint,
+        }
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        staging.rename(index_dir / name)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    pointer = index_dir / f".CURRENT-{uuid.uuid4().hex[:6]}"
+    pointer.write_text(name)
+    os.replace(pointer, index_dir / "CURRENT")
+    _remove_old_versions(index_dir, keep=name)
+    return manifest
+
+
+def _write_vector_files(vectors: np.ndarray, dims: int, folder: Path) -> None:
+    if dims:
+        save_faiss(build_faiss(vectors), folder / "vectors.faiss")
+    np.save(folder / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+
+
+def _remove_old_versions(index_dir: Path, keep: str) -> None:
+    versions = sorted(p for p in index_dir.iterdir() if p.is_dir() and p.name.startswith("v"))
+    stale = [p for p in versions if p.name != keep][: max(0, len(versions) - KEEP_VERSIONS)]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    for leftover in index_dir.glob(".tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def current_version(index_dir: Path) -> str | None:
+    try:
+        return (index_dir / "CURRENT").read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def read_manifest(index_dir: Path) -> dict[str, Any] | None:
+    name = current_version(index_dir)
+    if name is None:
+        return None
+    return json.loads((index_dir / name / "manifest.json").read_text())
+
+
+def _group_rows(values: list[Any]) -> dict[Any, np.ndarray]:
+    groups: dict[Any, list[int]] = {}
+    for row, value in enumerate(values):
+        groups.setdefault(value, []).append(row)
+    return {key: np.asarray(rows, dtype=np.int64) for key, rows in groups.items()}
+
+
+def load_index(index_dir: Path) -> PublishedIndex:
+    """Load the current version: vectors, BM25 and the row table, all in memory."""
+    name = current_version(index_dir)
+    if name is None:
+        raise IndexNotBuiltError(f"no search index in {index_dir}: run `memory-dag ingest` first")
+    folder = index_dir / name
+    manifest = json.loads((folder / "manifest.json").read_text())
+    if manifest.get("format") != FORMAT_VERSION:
+        raise IndexNotBuiltError(
+            f"the index in {index_dir} was built by another memory-dag version "
+            f"(format {manifest.get('format')}, need {FORMAT_VERSION}): run `memory-dag ingest`"
+        )
+    table = pq.read_table(folder / "rows.parquet")
+    rows = {column: table.column(column).to_pylist() for column in table.column_names}
+    faiss_path = folder / "vectors.faiss"
+    faiss_index = load_faiss(faiss_path) if faiss_path.exists() else faiss.IndexFlatIP(1)
+    codes = {column: _value_codes(rows[column]) for column in CODED_COLUMNS}
+    # Neighbours and sessions are runs of chunks of one file; a derived memory (a fact, a
+    # summary) stands alone even when it records the file it came from.
+    path_code = _value_codes(
+        [
+            path if kind in CHUNK_KINDS else f"{kind}:{row_id}"
+            for path, kind, row_id in zip(rows["path"], rows["kind"], rows["id"], strict=True)
+        ]
+    )[0]
+    same_as_previous = np.zeros(len(path_code), dtype=bool)
+    same_as_previous[1:] = path_code[1:] == path_code[:-1]
+    positions = np.arange(len(path_code))
+    prev_row = np.where(same_as_previous, positions - 1, -1)
+    next_row = np.full(len(path_code), -1)
+    next_row[:-1] = np.where(same_as_previous[1:], positions[1:], -1)
+    speakers = sorted({s.lower() for s in rows["speaker"] if s})
+    speaker_index = {name: i for i, name in enumerate(speakers)}
+    speaker_code = np.asarray(
+        [speaker_index[s.lower()] if s else -1 for s in rows["speaker"]], dtype=np.int64
+    )
+    return PublishedIndex(
+        folder=folder,
+        manifest=manifest,
+        faiss_index=faiss_index,
+        # In memory, not memory-mapped: a conversation's rows are a slice (no page faults).
+        vectors=np.load(folder / "vectors.npy"),
+        text=TextIndex.load(folder / "bm25", table.num_rows),
+        rows=rows,
+        rows_by_conversation=_group_rows(rows["conversation_id"]),
+        rows_by_session=_group_rows(rows["session_id"]),
+        prev_row=prev_row,
+        next_row=next_row,
+        path_code=path_code,
+        speaker_code=speaker_code,
+        speakers=speakers,
+        codes=codes,
+        importance=_int_column(table, "importance"),
+        pinned=np.asarray(table.column("pinned").fill_null(False).to_numpy(zero_copy_only=False)),
+        updated_us=_int_column(table, "updated_at"),
+    )
+
+
+def _value_codes(values: list[Any]) -> tuple[np.ndarray, dict[Any, int]]:
+    seen: dict[Any, int] = {}
+    codes = np.asarray([seen.setdefault(v, len(seen)) for v in values], dtype=np.int64)
+    return codes, seen
+
+
+def _int_column(table: pa.Table, name: str) -> np.ndarray:
+    """An integer view of a column (timestamps as epoch microseconds); null → -1."""
+    column = table.column(name)
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.int64())
+    return np.asarray(column.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+_cache: dict[Path, PublishedIndex] = {}
+_cache_lock = threading.Lock()
+
+
+def cached_index(index_dir: Path) -> PublishedIndex:
+    """The current version, loaded once per process and reloaded when CURRENT changes."""
+    key = index_dir.resolve()
+    name = current_version(key)
+    with _cache_lock:
+        loaded = _cache.get(key)
+        if loaded is None or loaded.folder.name != name:
+            loaded = load_index(key)
+            _cache[key] = loaded
+        return loaded

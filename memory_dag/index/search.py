@@ -1,0 +1,458 @@
+"""Hybrid search over the published index: vector + BM25 candidates, fused, filtered, ranked.
+
+The read path never opens the DuckDB file: it reads the last published index version
+(`index_files.py`), so a search during a running pipeline neither waits nor fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from memory_dag.config import Settings
+from memory_dag.embed.providers import get_provider
+from memory_dag.index.published import PublishedIndex, cached_index
+from memory_dag.index.search_text import names_in, participant_names, strip_names
+from memory_dag.index.vector_index import search_faiss
+
+Fusion = Literal["zscore", "blend", "rrf"]
+SNIPPET_CHARS = 700
+RRF_K = 60
+#: Scopes up to this many rows are scored exactly, row by row (a conversation always is).
+EXACT_SCOPE_ROWS = 20_000
+#: A z-fused score s is shown as sigmoid(s / ZSCORE_SCALE): 0.5 for an average row, ~0.73 for
+#: one 4 standard deviations above it. `min_score` compares against this number.
+ZSCORE_SCALE = 4.0
+#: Rows sampled for the cosine mean and spread of a larger scope.
+STATS_SAMPLE_ROWS = 4_096
+
+
+@dataclass
+class SearchHit:
+    """One result: a chunk of a note or transcript, with where it came from."""
+
+    id: str
+    kind: str
+    source: str
+    path: str
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str
+    conversation_id: str | None
+    session_id: str | None
+    turn_ids: list[str] = field(default_factory=list)
+    event_time: datetime | None = None
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    role: str | None = None
+    speaker: str | None = None
+    category: str | None = None
+    #: Row of the published index (vectors, neighbours); not stable across index versions.
+    row: int = -1
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["event_time"] = self.event_time.isoformat() if self.event_time else None
+        return data
+
+
+@dataclass
+class SearchFilters:
+    """Restrictions applied to the index rows before anything is ranked.
+
+    A text filter takes one value or a list of accepted values. Chunks of notes and
+    transcripts have no category, user, agent, importance or pin: a filter on those
+    columns keeps only the memories that have them.
+    """
+
+    conversation: str | None = None
+    session: str | None = None
+    source: str | list[str] | None = None  # memory | sessions | memories
+    path: str | None = None  # exact path, or a folder prefix ending in "/"
+    kind: str | list[str] | None = None  # note | entry | transcript | fact | summary | ...
+    role: str | list[str] | None = None
+    speaker: str | list[str] | None = None
+    category: str | list[str] | None = None
+    user_id: str | list[str] | None = None
+    agent_id: str | list[str] | None = None
+    importance_min: int | None = None
+    importance_max: int | None = None
+    pinned: bool | None = None
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
+    #: Kinds left out unless `kind` asks for them: procedural memories are execution hints
+    #: for the agents that request them (seed 003 §12), not conversational context.
+    exclude_kinds: tuple[str, ...] = ("procedural",)
+
+
+_EQUALITY_FILTERS = ("source", "kind", "role", "speaker", "category", "user_id", "agent_id")
+
+
+def _epoch_us(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1_000_000)
+
+
+def allowed_rows(index: PublishedIndex, filters: SearchFilters) -> np.ndarray | None:
+    """Row numbers that pass the filters (None = every row), computed before ranking."""
+    rows: np.ndarray | None = None
+    if filters.conversation is not None:
+        rows = index.rows_by_conversation.get(filters.conversation, np.zeros(0, np.int64))
+    if filters.session is not None:
+        session_rows = index.rows_by_session.get(filters.session, np.zeros(0, np.int64))
+        rows = session_rows if rows is None else np.intersect1d(rows, session_rows)
+
+    def keep(mask_of: Any) -> None:
+        nonlocal rows
+        candidates = np.arange(index.size) if rows is None else rows
+        rows = candidates[mask_of(candidates)]
+
+    for column in _EQUALITY_FILTERS:
+        wanted = getattr(filters, column)
+        if wanted is None:
+            continue
+        codes, lookup = index.codes[column]
+        accepted = [
+            lookup[v] for v in ([wanted] if isinstance(wanted, str) else wanted) if v in lookup
+        ]
+        keep(lambda r, codes=codes, accepted=accepted: np.isin(codes[r], accepted))
+    if filters.kind is None and filters.exclude_kinds:
+        codes, lookup = index.codes["kind"]
+        excluded = [lookup[k] for k in filters.exclude_kinds if k in lookup]
+        if excluded:
+            keep(lambda r: ~np.isin(codes[r], excluded))
+    if filters.path is not None:
+        codes, lookup = index.codes["path"]
+        prefix = filters.path
+        accepted = [
+            code
+            for path, code in lookup.items()
+            if path == prefix or (prefix.endswith("/") and str(path).startswith(prefix))
+        ]
+        keep(lambda r: np.isin(codes[r], accepted))
+    if filters.importance_min is not None:
+        keep(lambda r: index.importance[r] >= filters.importance_min)
+    if filters.importance_max is not None:
+        keep(lambda r: (index.importance[r] >= 0) & (index.importance[r] <= filters.importance_max))
+    if filters.pinned is not None:
+        keep(lambda r: index.pinned[r] == filters.pinned)
+    if filters.updated_after is not None:
+        after = _epoch_us(filters.updated_after)
+        keep(lambda r: index.updated_us[r] >= after)
+    if filters.updated_before is not None:
+        before = _epoch_us(filters.updated_before)
+        keep(lambda r: (index.updated_us[r] >= 0) & (index.updated_us[r] < before))
+    return rows
+
+
+def _top(scores: np.ndarray, count: int) -> np.ndarray:
+    """Positions of the `count` highest scores, best first."""
+    if count >= len(scores):
+        return np.argsort(-scores, kind="stable")
+    part = np.argpartition(-scores, count)[:count]
+    return part[np.argsort(-scores[part], kind="stable")]
+
+
+class Searcher:
+    """Holds the loaded index and embedding model; `search` is the hot path."""
+
+    def __init__(self, settings: Settings, index: PublishedIndex | None = None) -> None:
+        self.settings = settings
+        self.index = index if index is not None else cached_index(Path(settings.index_dir))
+        manifest = self.index.manifest
+        # Queries must be embedded by the model that built the index, whatever the settings say.
+        query_settings = settings.model_copy(
+            update={
+                "embedding_provider": manifest["provider"],
+                "embedding_model": manifest["model"],
+            }
+        )
+        self.provider = get_provider(query_settings) if manifest["dims"] else None
+        sample = np.random.default_rng(0).permutation(self.index.size)[:STATS_SAMPLE_ROWS]
+        self._stats_sample = np.sort(sample)
+        self._sample_vectors = np.asarray(self.index.vectors[self._stats_sample])
+        self._speakers_by_scope: dict[object, np.ndarray] = {}
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        filters: SearchFilters | None = None,
+        min_score: float | None = None,
+        fusion: Fusion | None = None,
+    ) -> list[SearchHit]:
+        settings = self.settings
+        k = settings.max_results if k is None else k
+        min_score = settings.min_score if min_score is None else min_score
+        fusion = fusion or settings.fusion
+        index = self.index
+        filters = filters or SearchFilters()
+        scope = allowed_rows(index, filters)
+        if index.size == 0 or k <= 0 or (scope is not None and len(scope) == 0):
+            return []
+        scope_rows = np.arange(index.size) if scope is None else scope
+
+        query_text, named_speaker = self._speaker_aware_query(
+            query, scope_rows, self._scope_key(filters, scope)
+        )
+        bm25_all = index.text.scores(query_text)
+        query_vector = self.provider.embed([query_text])[0] if self.provider is not None else None
+
+        if fusion == "zscore":
+            pool, cosine, scores = self._zscore(scope, scope_rows, bm25_all, query_vector, k)
+            scores = self._context_boosts(pool, scores, named_speaker)
+            final = 1.0 / (1.0 + np.exp(-scores / ZSCORE_SCALE))
+            bm25 = bm25_all[pool]
+        else:
+            pool = self._candidates(scope, scope_rows, bm25_all, query_vector, k)
+            cosine = self._cosine(pool, query_vector)
+            bm25 = bm25_all[pool]
+            if fusion == "rrf":
+                final = _rrf(cosine, bm25, settings.vector_weight, settings.text_weight)
+            else:
+                final = _blend(cosine, bm25, settings, query_vector is not None)
+        if len(pool) == 0:
+            return []
+
+        best_bm25 = float(bm25.max()) if len(bm25) else 0.0
+        text_norm = bm25 / best_bm25 if best_bm25 > 0 else np.zeros_like(bm25)
+        hits: list[SearchHit] = []
+        for position in _top(final, min(len(final), k)):
+            score = float(final[position])
+            if score < min_score:
+                break
+            hits.append(
+                self._hit(int(pool[position]), score, cosine[position], text_norm[position])
+            )
+        return hits
+
+    # --- query understanding -----------------------------------------------------------------
+
+    @staticmethod
+    def _scope_key(filters: SearchFilters, scope: np.ndarray | None) -> object:
+        """A cache key for the scope's participants: the whole index or one conversation."""
+        if scope is None:
+            return "*"
+        only_conversation = SearchFilters(conversation=filters.conversation)
+        return ("conversation", filters.conversation) if filters == only_conversation else None
+
+    def _speaker_aware_query(
+        self, query: str, scope_rows: np.ndarray, scope_key: object = None
+    ) -> tuple[str, int | None]:
+        """The query without participant names, and the one participant it names (if one)."""
+        if not self.settings.speaker_aware or not self.index.speakers:
+            return query, None
+        codes = self._speakers_by_scope.get(scope_key) if scope_key is not None else None
+        if codes is None:
+            codes = np.unique(self.index.speaker_code[scope_rows])
+            if scope_key is not None:
+                self._speakers_by_scope[scope_key] = codes
+        speakers = [self.index.speakers[c] for c in codes if c >= 0]
+        if not speakers:
+            return query, None
+        names = participant_names(speakers)
+        mentioned = {n.lower() for n in names_in(query, names)}
+        named = [
+            code
+            for code, speaker in zip([c for c in codes if c >= 0], speakers, strict=True)
+            if speaker in mentioned or speaker.split()[0] in mentioned
+        ]
+        named_speaker = named[0] if len(named) == 1 and len(speakers) > 1 else None
+        stripped = strip_names(query, names)
+        return (stripped or query), named_speaker
+
+    # --- candidates and signals --------------------------------------------------------------
+
+    def _cosine(self, rows: np.ndarray, query_vector: np.ndarray | None) -> np.ndarray:
+        if query_vector is None or len(rows) == 0:
+            return np.zeros(len(rows), dtype=np.float32)
+        first, last = int(rows[0]), int(rows[-1])
+        if last - first + 1 == len(rows):  # a conversation is a contiguous block: no copy
+            return self.index.vectors[first : last + 1] @ query_vector
+        return self.index.vectors[rows] @ query_vector
+
+    def _candidates(
+        self,
+        scope: np.ndarray | None,
+        scope_rows: np.ndarray,
+        bm25_all: np.ndarray,
+        query_vector: np.ndarray | None,
+        k: int,
+    ) -> np.ndarray:
+        """The best `k × candidate_multiplier` rows by each signal, within the scope."""
+        wanted = max(k * self.settings.candidate_multiplier, k)
+        scoped_text = bm25_all[scope_rows]
+        order = _top(scoped_text, wanted)
+        text_rows = scope_rows[order[scoped_text[order] > 0]]
+        if query_vector is None:
+            vector_rows = np.zeros(0, np.int64)
+        elif scope is None:
+            vector_rows = search_faiss(self.index.faiss_index, query_vector, wanted)[0]
+        else:
+            vector_rows = scope_rows[_top(self._cosine(scope_rows, query_vector), wanted)]
+        return np.unique(np.concatenate([text_rows, vector_rows]))
+
+    def _zscore(
+        self,
+        scope: np.ndarray | None,
+        scope_rows: np.ndarray,
+        bm25_all: np.ndarray,
+        query_vector: np.ndarray | None,
+        k: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pool, cosine, fused score): standardised BM25 + standardised cosine, over the whole
+        scope when it is small.
+
+        A large scope is scored on its candidates and their neighbours; the cosine mean and
+        spread then come from a fixed sample of the scope rather than from every row.
+        """
+        settings = self.settings
+        if len(scope_rows) <= EXACT_SCOPE_ROWS:
+            pool = scope_rows
+            cosine = self._cosine(pool, query_vector)
+            cos_mean, cos_std = float(cosine.mean()), float(cosine.std())
+        else:
+            candidates = self._candidates(scope, scope_rows, bm25_all, query_vector, k)
+            neighbours = np.concatenate(
+                [self.index.prev_row[candidates], self.index.next_row[candidates]]
+            )
+            pool = np.unique(np.concatenate([candidates, neighbours[neighbours >= 0]]))
+            cosine = self._cosine(pool, query_vector)
+            if query_vector is None:
+                sampled = np.zeros(1)
+            elif scope is None:
+                sampled = self._sample_vectors @ query_vector
+            else:
+                sampled = self._cosine(scope_rows[:STATS_SAMPLE_ROWS], query_vector)
+            cos_mean, cos_std = float(sampled.mean()), float(sampled.std())
+        scoped_bm25 = bm25_all if scope is None else bm25_all[scope_rows]
+        bm25_z = _standardise(bm25_all[pool], float(scoped_bm25.mean()), float(scoped_bm25.std()))
+        cos_z = _standardise(cosine, cos_mean, cos_std)
+        w_text, w_vec = settings.text_weight, settings.vector_weight
+        if query_vector is None:
+            w_vec = 0.0
+        total = (w_text + w_vec) / 2 or 1.0
+        return pool, cosine, (w_text * bm25_z + w_vec * cos_z) / total
+
+    def _context_boosts(
+        self, pool: np.ndarray, scores: np.ndarray, named_speaker: int | None
+    ) -> np.ndarray:
+        """Neighbour, session and speaker boosts (see docs/retrieval.md for the evidence)."""
+        settings = self.settings
+        index = self.index
+        if settings.neighbour_boost:
+            neighbour = np.full(len(pool), -np.inf)
+            for links in (index.prev_row, index.next_row):
+                linked = links[pool]
+                at = np.clip(np.searchsorted(pool, linked), 0, len(pool) - 1)
+                valid = (linked >= 0) & (pool[at] == linked)
+                neighbour = np.where(valid, np.maximum(neighbour, scores[at]), neighbour)
+            neighbour = np.where(np.isfinite(neighbour), neighbour, 0.0)
+            scores = scores + settings.neighbour_boost * neighbour
+        if settings.session_boost:
+            sessions, which = np.unique(index.path_code[pool], return_inverse=True)
+            if len(sessions) > 1:
+                best = np.full(len(sessions), -np.inf)
+                np.maximum.at(best, which, scores)
+                session_z = _standardise(best, float(best.mean()), float(best.std()))
+                scores = scores + settings.session_boost * session_z[which]
+        if named_speaker is not None and settings.speaker_boost:
+            scores = scores + settings.speaker_boost * (index.speaker_code[pool] == named_speaker)
+        return scores
+
+    def _hit(self, row: int, score: float, vector_score: float, text_score: float) -> SearchHit:
+        cols = self.index.rows
+        text = cols["text"][row]
+        return SearchHit(
+            id=cols["id"][row],
+            kind=cols["kind"][row],
+            source=cols["source"][row],
+            path=cols["path"][row],
+            start_line=cols["start_line"][row],
+            end_line=cols["end_line"][row],
+            score=round(score, 6),
+            snippet=text[:SNIPPET_CHARS],
+            conversation_id=cols["conversation_id"][row],
+            session_id=cols["session_id"][row],
+            turn_ids=list(cols["turn_ids"][row] or []),
+            event_time=cols["event_time"][row],
+            vector_score=round(float(vector_score), 6),
+            text_score=round(float(text_score), 6),
+            role=cols["role"][row],
+            speaker=cols["speaker"][row],
+            category=cols["category"][row],
+            row=row,
+        )
+
+
+def _standardise(values: np.ndarray, mean: float, std: float) -> np.ndarray:
+    return (values - mean) / std if std > 0 else np.zeros(len(values))
+
+
+def _blend(cosine: np.ndarray, bm25: np.ndarray, settings: Settings, has_vectors: bool):
+    """Seed 002's blend: weighted cosine and BM25 scaled by the best BM25, in [0, 1]."""
+    best = float(bm25.max()) if len(bm25) else 0.0
+    text = bm25 / best if best > 0 else np.zeros_like(bm25)
+    w_vec, w_text = (settings.vector_weight, settings.text_weight) if has_vectors else (0.0, 1.0)
+    return (w_vec * np.clip(cosine, 0.0, 1.0) + w_text * text) / (w_vec + w_text)
+
+
+def _ranks(scores: np.ndarray) -> np.ndarray:
+    """1-based rank of each score (1 = highest)."""
+    ranks = np.empty(len(scores))
+    ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
+    return ranks
+
+
+def _rrf(cosine: np.ndarray, bm25: np.ndarray, w_vec: float, w_text: float) -> np.ndarray:
+    """Weighted reciprocal-rank fusion, scaled so a row ranked first by both scores 1.0.
+
+    Rows without any BM25 match get no text contribution (a rank among zeros means nothing).
+    """
+    text_part = np.where(bm25 > 0, w_text / (RRF_K + _ranks(bm25)), 0.0)
+    fused = w_vec / (RRF_K + _ranks(cosine)) + text_part
+    return fused / ((w_vec + w_text) / (RRF_K + 1))
+
+
+_searchers: dict[tuple[str, str], Searcher] = {}
+
+
+def search(
+    query: str,
+    *,
+    settings: Settings | None = None,
+    k: int | None = None,
+    conversation: str | None = None,
+    session: str | None = None,
+    source: str | None = None,
+    path: str | None = None,
+    kind: str | None = None,
+    min_score: float | None = None,
+    fusion: Fusion | None = None,
+) -> list[SearchHit]:
+    """Search the memory: `memory_dag.index.search("pizza", conversation="demo")`."""
+    settings = settings or Settings.load()
+    searcher = get_searcher(settings)
+    filters = SearchFilters(
+        conversation=conversation, session=session, source=source, path=path, kind=kind
+    )
+    return searcher.search(query, k=k, filters=filters, min_score=min_score, fusion=fusion)
+
+
+def get_searcher(settings: Settings) -> Searcher:
+    """A searcher for the current index version, cached per process (warm queries are fast)."""
+    index = cached_index(Path(settings.index_dir))
+    key = (str(Path(settings.index_dir).resolve()), index.folder.name)
+    searcher = _searchers.get(key)
+    if searcher is None or searcher.settings != settings:
+        searcher = Searcher(settings, index)
+        _searchers.clear()
+        _searchers[key] = searcher
+    return searcher

@@ -1,0 +1,313 @@
+"""Stage 1 (asset `workspace_files`): workspace files → files, notes, episodes, ingest_errors.
+
+Incremental by size, mtime and content hash; a bad file or line becomes an `ingest_errors`
+row and never stops the rest. Idempotent: a second run with no change writes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from memory_dag.config import Settings
+from memory_dag.ids import episode_id
+from memory_dag.ingest.sources import (
+    IngestError,
+    ParsedFile,
+    Turn,
+    discover_files,
+    file_stat,
+    read_source,
+)
+from memory_dag.reports import PREVIEW_ROWS, StageReport, StageTimer
+from memory_dag.store.connection import (
+    fetch_dicts,
+    insert_arrow,
+    open_store,
+)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
+    """Bring the store in line with the workspace: new, changed and deleted files.
+
+    Unchanged files (same size and mtime, or same content hash) are not re-read into rows.
+    Bad input is recorded in `ingest_errors` and never stops the other files or lines.
+    """
+    report = StageReport("files")
+    with StageTimer(report):
+        discovered = discover_files(settings.workspace)
+        with open_store(settings.db_path) as con:
+            known = {
+                row[0]: (row[1], row[2], row[3])
+                for row in con.execute("SELECT path, hash, mtime, size FROM files").fetchall()
+            }
+
+        parsed: list[ParsedFile] = []
+        touched: list[tuple[str, float]] = []  # same content, new mtime
+        unchanged = 0
+        for source_file in discovered:
+            previous = known.get(source_file.rel_path)
+            if previous is not None and not force:
+                size, mtime = file_stat(source_file.path)
+                if (size, mtime) == (previous[2], previous[1]):
+                    unchanged += 1
+                    continue
+            result = read_source(source_file)
+            if previous is not None and previous[0] == result.hash and not force:
+                touched.append((source_file.rel_path, result.mtime))
+                unchanged += 1
+                continue
+            parsed.append(result)
+
+        present = {f.rel_path for f in discovered}
+        deleted = sorted(set(known) - present)
+        new = [p for p in parsed if p.file.rel_path not in known]
+        changed = [p for p in parsed if p.file.rel_path in known]
+
+        with open_store(settings.db_path) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                _delete_file_rows(con, deleted + [p.file.rel_path for p in changed])
+                for rel_path, mtime in touched:
+                    con.execute("UPDATE files SET mtime = ? WHERE path = ?", [mtime, rel_path])
+                episodes = _write_parsed(con, parsed)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            report.preview = fetch_dicts(
+                con,
+                "SELECT path, source, kind, size, conversation_id, session_id FROM files "
+                "ORDER BY indexed_at DESC, path LIMIT ?",
+                [PREVIEW_ROWS],
+            )
+            total_files = con.execute("SELECT count(*) FROM files").fetchone()[0]
+
+        errors = [e for p in parsed for e in p.errors]
+        report.errors = [{"path": e.path, "line": e.line, "reason": e.reason} for e in errors]
+        report.counts = {
+            "files": int(total_files),
+            "new": len(new),
+            "changed": len(changed),
+            "deleted": len(deleted),
+            "unchanged": unchanged,
+            "episodes_written": episodes,
+            "errors": len(errors),
+        }
+    return report
+
+
+def _delete_file_rows(con: Any, paths: list[str]) -> None:
+    if not paths:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE _gone AS SELECT unnest(?::TEXT[]) AS path", [paths])
+    for table in ("notes", "chunks", "ingest_errors", "files"):
+        con.execute(f"DELETE FROM {table} WHERE path IN (SELECT path FROM _gone)")
+    con.execute("DELETE FROM memories WHERE kind = 'episode' AND path IN (SELECT path FROM _gone)")
+    con.execute("DROP TABLE _gone")
+
+
+def _write_parsed(con: Any, parsed: list[ParsedFile]) -> int:
+    now = _now()
+    files_rows: list[dict[str, Any]] = []
+    note_rows: list[dict[str, Any]] = []
+    episodes = _EpisodeColumns()
+    error_rows: list[dict[str, Any]] = []
+    for item in parsed:
+        source_file = item.file
+        conversation_id, session_id = _file_scope(item)
+        files_rows.append(
+            {
+                "path": source_file.rel_path,
+                "source": source_file.source,
+                "kind": source_file.kind,
+                "hash": item.hash,
+                "mtime": item.mtime,
+                "size": item.size,
+                "conversation_id": conversation_id,
+                "session_id": session_id,
+                "indexed_at": now,
+            }
+        )
+        errors = list(item.errors)
+        if source_file.kind == "transcript":
+            episodes.add(source_file.rel_path, item.turns, errors)
+        elif item.text is not None:
+            note_rows.append(_note_row(item, conversation_id))
+        error_rows.extend(
+            {
+                "path": e.path,
+                "line": e.line,
+                "reason": e.reason,
+                "file_hash": item.hash,
+                "recorded_at": now,
+            }
+            for e in errors
+        )
+    insert_arrow(con, "files", pa.Table.from_pylist(files_rows))
+    insert_arrow(con, "notes", pa.Table.from_pylist(note_rows, schema=_NOTE_SCHEMA))
+    written = insert_arrow(con, "memories", episodes.table(now))
+    insert_arrow(con, "ingest_errors", pa.Table.from_pylist(error_rows, schema=_ERROR_SCHEMA))
+    return written
+
+
+def _file_scope(item: ParsedFile) -> tuple[str | None, str | None]:
+    if item.file.kind == "transcript":
+        session = item.file.path.stem
+        conversation = item.turns[0].conversation_id if item.turns else None
+        if conversation is None:
+            parent = item.file.rel_path.split("/")[1:-1]
+            conversation = "/".join(parent) or None
+        return conversation, session
+    conversation = item.front_matter.get("conversation_id") if item.front_matter else None
+    return (str(conversation) if conversation is not None else None), None
+
+
+class _EpisodeColumns:
+    """Transcript turns as `memories` rows of kind 'episode', gathered column by column
+    (100k turns: ~0.2 s, where a dict per row cost ~1 s)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {name: [] for name in _EPISODE_TURN_COLUMNS}
+
+    def add(self, path: str, turns: list[Turn], errors: list[IngestError]) -> None:
+        """The turns of one file; a repeated turn id is kept under its line (and reported)."""
+        columns = self.columns
+        seen: set[str] = set()
+        for turn in turns:
+            turn_id = turn.id
+            if turn_id in seen:
+                errors.append(
+                    IngestError(path, turn.line, f"duplicate turn id {turn_id!r}; kept as line id")
+                )
+                turn_id = f"{turn.session_id}:{turn.line}"
+            seen.add(turn_id)
+            columns["id"].append(episode_id(path, turn_id))
+            columns["content"].append(turn.content)
+            columns["conversation_id"].append(turn.conversation_id)
+            columns["session_id"].append(turn.session_id)
+            columns["source_role"].append(turn.role)
+            columns["speaker"].append(turn.speaker)
+            columns["turn_id"].append(turn_id)
+            columns["path"].append(path)
+            columns["line"].append(turn.line)
+            columns["event_time"].append(turn.event_time)
+
+    def table(self, now: datetime) -> pa.Table:
+        rows = len(self.columns["id"])
+        constants = {**_EPISODE_CONSTANTS, "created_at": now}
+        arrays = [
+            pa.array(self.columns[field.name], type=field.type)
+            if field.name in self.columns
+            else pa.array([constants[field.name]] * rows, type=field.type)
+            for field in _EPISODE_SCHEMA
+        ]
+        return pa.Table.from_arrays(arrays, schema=_EPISODE_SCHEMA)
+
+
+#: Columns of an episode row that come from its turn; the others are the same in every row.
+_EPISODE_TURN_COLUMNS = (
+    "id",
+    "content",
+    "conversation_id",
+    "session_id",
+    "source_role",
+    "speaker",
+    "turn_id",
+    "path",
+    "line",
+    "event_time",
+)
+_EPISODE_CONSTANTS: dict[str, Any] = {
+    "kind": "episode",
+    "decay_rate": 0.0,  # raw turns are the record; facts decay, episodes do not
+}
+
+
+def _note_row(item: ParsedFile, conversation_id: str | None) -> dict[str, Any]:
+    fm = item.front_matter or {}
+    return {
+        "path": item.file.rel_path,
+        "kind": item.file.kind,
+        "body": item.body,
+        "body_start_line": item.body_start_line,
+        "entry_id": _str_or_none(fm.get("id")),
+        "role": _str_or_none(fm.get("role")),
+        "conversation_id": conversation_id,
+        "created_at": _parse_time(fm.get("created_at")),
+        "summary_kind": _str_or_none(fm.get("summary_kind")),
+        "replaced_by": _str_or_none(fm.get("replaced_by")),
+        "front_matter": _json_or_none(fm),
+    }
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _json_or_none(value: dict[str, Any]) -> str | None:
+    from memory_dag.store.connection import to_json
+
+    return to_json(value) if value else None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+_TS = pa.timestamp("us", tz="UTC")
+_NOTE_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("kind", pa.string()),
+        ("body", pa.string()),
+        ("body_start_line", pa.int32()),
+        ("entry_id", pa.string()),
+        ("role", pa.string()),
+        ("conversation_id", pa.string()),
+        ("created_at", _TS),
+        ("summary_kind", pa.string()),
+        ("replaced_by", pa.string()),
+        ("front_matter", pa.string()),
+    ]
+)
+_EPISODE_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("kind", pa.string()),
+        ("content", pa.string()),
+        ("conversation_id", pa.string()),
+        ("session_id", pa.string()),
+        ("source_role", pa.string()),
+        ("speaker", pa.string()),
+        ("turn_id", pa.string()),
+        ("path", pa.string()),
+        ("line", pa.int32()),
+        ("event_time", _TS),
+        ("created_at", _TS),
+        ("decay_rate", pa.float64()),
+    ]
+)
+_ERROR_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("line", pa.int32()),
+        ("reason", pa.string()),
+        ("file_hash", pa.string()),
+        ("recorded_at", _TS),
+    ]
+)

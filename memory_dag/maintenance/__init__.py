@@ -1,0 +1,3 @@
+"""Nightly maintenance, one module per job: enrichment, consolidation, dedup/merge,
+decay, lifecycle, reflection, insights; `nightly` runs them in order.
+"""

@@ -1,0 +1,559 @@
+"""Named-entity extraction and entity resolution for the write path (seed 004 `ner`, `entities`).
+
+Two strategies:
+
+* ``fast`` (the ``regex`` provider, always available): regular expressions for @mentions,
+  #hashtags, emails, URLs and calendar dates, plus capitalised-name heuristics with context cues
+  ("my wife is Anne" -> person, "I live in Paris" -> location, "working on Apollo" -> project,
+  "I work at Acme" -> organization).
+* ``accurate``: ``fast`` plus spaCy NER (``en_core_web_sm``) when spaCy and the model are
+  installed. spaCy is optional and imported lazily; without it ``accurate`` equals ``fast``.
+
+Decisions:
+
+* Relative time words ("yesterday", "last week", "tomorrow") are not entities: they name no
+  stable thing and only mean something next to the turn's timestamp, which the store keeps anyway.
+* Dates are canonicalised to ISO (``2023-05-08``; ``2023-05`` for "May 2023") so "8 May 2023" and
+  "May 8, 2023" resolve to the same entity. Purely numeric dates other than ISO (``08/05/2023``)
+  are skipped because day/month order is ambiguous.
+* A capitalised word at the start of a sentence is usually just a capitalised word, so a lone
+  sentence-initial word is kept only when it is clearly a name: it is followed by a possessive or
+  a subject verb ("Caroline loves pizza"), or the same word appears capitalised mid-sentence too.
+* Capitalised runs without a context cue get type ``other``: we cannot tell a person from a city
+  by capitalisation alone. The resolver treats ``other`` as compatible with every name type.
+* Overlapping spans from all providers are deduplicated: highest confidence wins, then the longest
+  span, then the earliest.
+
+Confidences: email/url 0.99, mention/hashtag 0.95, full date 0.95, month-year 0.8, relation cue
+person 0.9, title/"my name is" person 0.85, spaCy 0.85, location/organization/project cue 0.8,
+organisation-suffix run 0.7, plain capitalised run 0.5 (0.4 when sentence-initial).
+
+Kept as one module (~560 lines): one extractor; most of it is pattern tables (dates, names,
+cues) and the spaCy bridge, which must agree on one output type.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Literal
+
+EntityType = Literal[
+    "person",
+    "project",
+    "organization",
+    "location",
+    "email",
+    "url",
+    "mention",
+    "hashtag",
+    "date",
+    "other",
+]
+
+#: Types that name a real-world thing by its written name (title-cased canonical form).
+NAME_TYPES = frozenset({"person", "project", "organization", "location", "other"})
+
+REGEX_PROVIDER = "regex"
+SPACY_PROVIDER = "spacy"
+SPACY_MODEL = "en_core_web_sm"
+
+
+@dataclass(frozen=True)
+class EntityMention:
+    """One entity found in a text; ``start``/``end`` are character offsets into that text."""
+
+    text: str
+    canonical: str
+    type: str
+    start: int
+    end: int
+    confidence: float
+    provider: str
+
+
+@dataclass(frozen=True)
+class KnownEntity:
+    """An entity already registered in the store (a row of the ``entities`` table)."""
+
+    id: str
+    canonical_name: str
+    type: str
+    aliases: tuple[str, ...] = field(default_factory=tuple)
+
+
+# --------------------------------------------------------------------------- regex provider
+
+
+def _words(text: str) -> frozenset[str]:
+    """A word set written as one whitespace-separated block (keeps the long lists readable)."""
+    return frozenset(text.split())
+
+
+_EMAIL = re.compile(
+    r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+)
+_URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"'()]+", re.IGNORECASE)
+_MENTION = re.compile(r"(?<![\w@.])@([A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)")
+_HASHTAG = re.compile(r"(?<![\w&#/])#([A-Za-z_][A-Za-z0-9_-]*)")
+
+_MONTHS = {
+    "january": 1,
+    "february": 2,
+    "march": 3,
+    "april": 4,
+    "may": 5,
+    "june": 6,
+    "july": 7,
+    "august": 8,
+    "september": 9,
+    "october": 10,
+    "november": 11,
+    "december": 12,
+}
+_MONTH_ABBREVIATIONS = {name[:3]: number for name, number in _MONTHS.items()} | {"sept": 9}
+_MONTH_NUMBERS = _MONTHS | _MONTH_ABBREVIATIONS
+_MONTH = (
+    r"(?P<month>January|February|March|April|May|June|July|August|September|October|November"
+    r"|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?"
+)
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+_DATE_PATTERNS: tuple[tuple[re.Pattern[str], float], ...] = (
+    (re.compile(r"\b(?P<year>\d{4})-(?P<month>\d\d)-(?P<day>\d\d)\b"), 0.95),
+    (re.compile(rf"\b{_DAY}(?:\s+of)?\s+{_MONTH},?\s+{_YEAR}\b", re.IGNORECASE), 0.95),
+    (re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.IGNORECASE), 0.95),
+    (re.compile(rf"\b{_MONTH},?\s+{_YEAR}\b", re.IGNORECASE), 0.8),
+)
+
+# A name token: capitalised word, allowing inner apostrophes and hyphens (O'Brien, Jean-Luc).
+_NAME_TOKEN = r"[A-ZÀ-ÖØ-Þ][A-Za-zÀ-ÖØ-öø-ÿ0-9]*(?:['’-][A-Za-zÀ-ÖØ-öø-ÿ]+)*"
+_CONNECTOR = r"(?:of|de|da|di|du|del|der|van|von|la|le)"
+# At most six words, starting at a word boundary: bounds the regex work per position, so long
+# title-cased text stays linear.
+_NAME = rf"(?<![\w'’-]){_NAME_TOKEN}(?:\s+(?:{_CONNECTOR}\s+)?{_NAME_TOKEN}){{0,5}}"
+# Inside case-insensitive cue patterns the name itself must stay case-sensitive.
+_CASED_NAME = rf"(?-i:{_NAME})"
+_NAME_RUN = re.compile(rf"(?<![@#]){_NAME}")
+_CONNECTORS = frozenset({"of", "de", "da", "di", "du", "del", "der", "van", "von", "la", "le"})
+
+# Capitalised words that are never names on their own, wherever they appear.
+_ALWAYS_STOP = _words(
+    """
+    i i'm i've i'd i'll im ive me my mine myself we we're we've our ours us you you're your yours
+    he he's his him she she's her hers it it's its they they're their them this that these those
+    there here the a an
+    monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu thur thurs fri
+    sat sun january february march april may june july august september october november december
+    jan feb mar apr jun jul aug sep sept oct nov dec
+    today tomorrow yesterday tonight morning evening afternoon night weekend
+    ok okay yes yeah yep yup no nope lol haha omg btw tbh
+    """
+)
+# Words that often start a sentence; removed from the front of a sentence-initial run.
+_SENTENCE_STARTERS = _ALWAYS_STOP | _words(
+    """
+    and but or so if when what who whom whose why how where which while because since though
+    although as at in on for from with without about after before by to of into onto over under
+    is are was were be been am do does did have has had can could will would shall should may
+    might must let let's lets please thanks thank hi hello hey dear oh wow well also just maybe
+    actually really sure great good nice cool awesome glad sorry anyway anyways plus then now
+    not never every each some any all both many much more most other another such only even
+    still yet already again last next first one two three totally definitely absolutely honestly
+    congrats congratulations happy sounds looks seems guess hope love like hate went got gonna
+    """
+)
+# Lower-case words that, right after a sentence-initial capitalised word, mark it as a subject.
+_SUBJECT_VERBS = _words(
+    """
+    is was has had and said says told asked called texted wrote went came got made took gave
+    loves likes lives works wants thinks knows feels seems looks sounds will would can could
+    """
+)
+_ORG_SUFFIXES = _words(
+    """
+    inc inc. corp corp. corporation ltd ltd. llc plc gmbh co co. company group bank university
+    college school institute foundation labs lab studios studio hospital agency association
+    """
+)
+_TITLES = r"(?:Mr|Mrs|Ms|Miss|Dr|Prof)\.?"
+_TITLE_WORDS = frozenset({"mr", "mrs", "ms", "miss", "dr", "prof"})
+
+_RELATIONS = (
+    r"wife|husband|partner|spouse|boyfriend|girlfriend|fianc[eé]e?|friend|bestie|sister|brother|"
+    r"sibling|mother|mom|mum|mama|father|dad|papa|son|daughter|kid|child|baby|cousin|aunt|uncle|"
+    r"grandma|grandmother|granny|grandpa|grandfather|niece|nephew|boss|manager|colleague|"
+    r"co-?worker|roommate|flatmate|neighbou?r|teacher|mentor|therapist|doctor|coach|"
+    r"(?:step|half)-?(?:sister|brother|mother|father|son|daughter)"
+)
+_RELATION_ADJECTIVES = r"(?:(?:best|old|close|new|ex|little|big|older|younger|late|dear)[\s-]+)?"
+
+# (pattern with a `name` group, type, confidence). Case-insensitive cue words, but the name group
+# itself must be capitalised; that is checked after matching.
+_CUES: tuple[tuple[re.Pattern[str], str, float], ...] = (
+    (
+        re.compile(
+            rf"(?:\bmy|['’]s)\s+{_RELATION_ADJECTIVES}(?:{_RELATIONS})(?:'s\s+name)?"
+            rf"(?:\s*,\s*|\s+(?:is|was|'s)\s+(?:named\s+|called\s+)?|\s+(?:named|called)\s+|\s+)"
+            rf"(?P<name>{_CASED_NAME})",
+            re.IGNORECASE,
+        ),
+        "person",
+        0.9,
+    ),
+    (
+        re.compile(
+            rf"(?P<name>{_CASED_NAME})\s+(?:is|was|'s)\s+my\s+{_RELATION_ADJECTIVES}(?:{_RELATIONS})\b",
+            re.IGNORECASE,
+        ),
+        "person",
+        0.9,
+    ),
+    (
+        re.compile(rf"\b(?:my\s+name\s+is|call\s+me)\s+(?P<name>{_CASED_NAME})", re.IGNORECASE),
+        "person",
+        0.85,
+    ),
+    (re.compile(rf"(?P<name>\b{_TITLES}\s+{_CASED_NAME})"), "person", 0.85),
+    (
+        re.compile(
+            r"\b(?:live[sd]?|living|based|born|grew\s+up|staying|settled)\s+in\s+"
+            rf"(?P<name>{_CASED_NAME})",
+            re.IGNORECASE,
+        ),
+        "location",
+        0.8,
+    ),
+    (
+        re.compile(
+            r"\b(?:moved|moving|move|relocat\w+|flew|flying|fly|travel\w*|trip|headed|heading)"
+            rf"\s+(?:back\s+)?to\s+(?P<name>{_CASED_NAME})",
+            re.IGNORECASE,
+        ),
+        "location",
+        0.8,
+    ),
+    (
+        re.compile(
+            rf"\b(?:i'm|i\s+am|he's|she's|is|are|was|comes?|came)\s+from\s+(?P<name>{_CASED_NAME})",
+            re.IGNORECASE,
+        ),
+        "location",
+        0.8,
+    ),
+    (
+        re.compile(
+            r"\b(?:work|works|worked|working|job|intern(?:ing|ship)?|employed|hired)\s+"
+            rf"(?:at|for|by)\s+(?P<name>{_CASED_NAME})",
+            re.IGNORECASE,
+        ),
+        "organization",
+        0.8,
+    ),
+    (
+        re.compile(
+            r"\b(?:working|work|works|worked)\s+on\s+(?:the\s+|a\s+|my\s+|our\s+)?"
+            rf"(?:project\s+)?(?P<name>{_CASED_NAME})",
+            re.IGNORECASE,
+        ),
+        "project",
+        0.8,
+    ),
+    (re.compile(rf"\b[Pp]roject\s+(?P<name>{_CASED_NAME})"), "project", 0.85),
+    (re.compile(rf"(?P<name>{_CASED_NAME})\s+project\b"), "project", 0.85),
+)
+
+# spaCy label -> our type; labels not listed are dropped (numbers, money, times...).
+SPACY_LABELS: dict[str, str] = {
+    "PERSON": "person",
+    "ORG": "organization",
+    "GPE": "location",
+    "LOC": "location",
+    "FAC": "location",
+    "DATE": "date",
+    "NORP": "other",
+    "EVENT": "other",
+    "PRODUCT": "other",
+    "WORK_OF_ART": "other",
+    "LAW": "other",
+    "LANGUAGE": "other",
+}
+
+
+def _title_case(text: str) -> str:
+    """Upper-case the first letter of each word as written, leaving connectors and inner case."""
+    words = text.split()
+    titled = []
+    for index, word in enumerate(words):
+        if index > 0 and word.lower() in _CONNECTORS:
+            titled.append(word)
+        else:
+            titled.append(word[:1].upper() + word[1:])
+    return " ".join(titled)
+
+
+def _strip_possessive(text: str) -> str:
+    return re.sub(r"['’]s$", "", text)
+
+
+def _date_iso(text: str) -> str | None:
+    """ISO form of an absolute date ("8 May 2023" -> "2023-05-08"), or None if not one."""
+    for pattern, _ in _DATE_PATTERNS:
+        match = pattern.fullmatch(text.strip())
+        if match:
+            return _iso_from_match(match)
+    return None
+
+
+def _iso_from_match(match: re.Match[str]) -> str | None:
+    groups = match.groupdict()
+    year = int(groups["year"])
+    raw_month = groups["month"].lower().rstrip(".")
+    month = int(raw_month) if raw_month.isdigit() else _MONTH_NUMBERS.get(raw_month)
+    if month is None or not 1 <= month <= 12:
+        return None
+    if groups.get("day") is None:
+        return f"{year:04d}-{month:02d}"
+    try:
+        return date(year, month, int(groups["day"])).isoformat()
+    except ValueError:
+        return None
+
+
+def canonical_name(text: str, type: str) -> str:
+    """The key an entity is registered under, so spelling variants resolve to one entity."""
+    cleaned = " ".join(text.split()).strip(" \t.,;:!?\"'“”()[]")
+    if type in ("email", "url"):
+        return cleaned.lower()
+    if type in ("mention", "hashtag"):
+        return cleaned.lstrip("@#").lower()
+    if type == "date":
+        return _date_iso(cleaned) or cleaned
+    return _title_case(_strip_possessive(cleaned))
+
+
+def _mention(text: str, start: int, type: str, confidence: float, provider: str) -> EntityMention:
+    return EntityMention(
+        text=text,
+        canonical=canonical_name(text, type),
+        type=type,
+        start=start,
+        end=start + len(text),
+        confidence=confidence,
+        provider=provider,
+    )
+
+
+def _sentence_initial(text: str, position: int) -> bool:
+    """True when only sentence punctuation, quotes, bullets or nothing precede `position`."""
+    before = text[:position].rstrip(" \t\"'“‘([*-•")
+    return not before or before[-1] in ".!?:;\n"
+
+
+def _regex_entities(text: str) -> list[EntityMention]:
+    found: list[EntityMention] = []
+    for match in _EMAIL.finditer(text):
+        found.append(_mention(match.group(0), match.start(), "email", 0.99, REGEX_PROVIDER))
+    for match in _URL.finditer(text):
+        url = match.group(0).rstrip(".,;:!?")
+        found.append(_mention(url, match.start(), "url", 0.99, REGEX_PROVIDER))
+    for pattern, kind in ((_MENTION, "mention"), (_HASHTAG, "hashtag")):
+        for match in pattern.finditer(text):
+            found.append(_mention(match.group(0), match.start(), kind, 0.95, REGEX_PROVIDER))
+    for pattern, confidence in _DATE_PATTERNS:
+        for match in pattern.finditer(text):
+            if _iso_from_match(match) is not None:
+                found.append(
+                    _mention(match.group(0), match.start(), "date", confidence, REGEX_PROVIDER)
+                )
+    return found
+
+
+def _clean_name_span(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """Trim a possessive and stop words off a captured name; None when nothing is left."""
+    span = text[start:end]
+    possessive = re.search(r"['’]s$", span)
+    if possessive:
+        end -= 2
+    tokens = list(re.finditer(r"\S+", text[start:end]))
+    while tokens and tokens[0].group(0).lower() in _ALWAYS_STOP | _CONNECTORS:
+        tokens.pop(0)
+    while len(tokens) > 1 and tokens[0].group(0).lower() in _SENTENCE_STARTERS:
+        tokens.pop(0)
+    while tokens and tokens[-1].group(0).lower() in _ALWAYS_STOP | _CONNECTORS:
+        tokens.pop()
+    if not tokens:
+        return None
+    return start + tokens[0].start(), start + tokens[-1].end()
+
+
+def _cue_entities(text: str) -> list[EntityMention]:
+    found: list[EntityMention] = []
+    for pattern, kind, confidence in _CUES:
+        for match in pattern.finditer(text):
+            if not match.group("name")[:1].isupper():
+                continue
+            span = _clean_name_span(text, match.start("name"), match.end("name"))
+            if span is None:
+                continue
+            found.append(
+                _mention(text[span[0] : span[1]], span[0], kind, confidence, REGEX_PROVIDER)
+            )
+    return found
+
+
+def _split_run(text: str, match: re.Match[str]) -> list[tuple[int, int]]:
+    """Split a capitalised run at stop words, giving the (start, end) of each remaining piece."""
+    pieces: list[tuple[int, int]] = []
+    current: list[tuple[int, int]] = []
+    initial = _sentence_initial(text, match.start())
+    for token in re.finditer(r"\S+", match.group(0)):
+        word = _strip_possessive(token.group(0)).lower()
+        stop = word in _ALWAYS_STOP or (initial and not current and word in _SENTENCE_STARTERS)
+        if stop:
+            if current:
+                pieces.append((current[0][0], current[-1][1]))
+                current = []
+            initial = False
+            continue
+        current.append((match.start() + token.start(), match.start() + token.end()))
+    if current:
+        pieces.append((current[0][0], current[-1][1]))
+    return pieces
+
+
+def _clearly_a_name(text: str, start: int, end: int) -> bool:
+    """Whether a lone sentence-initial capitalised word reads as a name (see module docstring)."""
+    word = text[start:end]
+    bare = re.escape(_strip_possessive(word))
+    for other in re.finditer(rf"(?<![\w'’-]){bare}\b", text):
+        if other.start() != start and not _sentence_initial(text, other.start()):
+            return True
+    if _strip_possessive(word).lower().endswith("ing"):
+        return False  # a gerund ("Painting looks great"), not a name
+    if re.match(r"['’]s\b", text[end:]) or re.search(r"['’]s$", word):
+        return True
+    following = re.match(r"\s+([a-z]+)", text[end:])
+    return bool(following and following.group(1) in _SUBJECT_VERBS)
+
+
+def _name_entities(text: str) -> list[EntityMention]:
+    found: list[EntityMention] = []
+    for match in _NAME_RUN.finditer(text):
+        for piece_start, piece_end in _split_run(text, match):
+            span = _clean_name_span(text, piece_start, piece_end)
+            if span is None:
+                continue
+            start, end = span
+            words = text[start:end].split()
+            if all(word.lower().rstrip(".") in _TITLE_WORDS for word in words):
+                continue
+            initial = _sentence_initial(text, start)
+            if initial and len(words) == 1 and not _clearly_a_name(text, start, end):
+                continue
+            if len(words) > 1 and any(word.lower() in _ORG_SUFFIXES for word in words):
+                kind, confidence = "organization", 0.7
+            else:
+                kind, confidence = "other", 0.4 if initial else 0.5
+            found.append(_mention(text[start:end], start, kind, confidence, REGEX_PROVIDER))
+    return found
+
+
+# --------------------------------------------------------------------------- spaCy provider
+
+
+@functools.cache
+def _spacy_pipeline() -> Any | None:
+    """The loaded spaCy model, or None when spaCy or the model is not installed."""
+    try:
+        spacy = importlib.import_module("spacy")
+        return spacy.load(SPACY_MODEL)
+    except (ImportError, OSError):
+        return None
+
+
+def accurate_extractor_available() -> bool:
+    """True when the `accurate` strategy adds spaCy NER on top of the regex provider."""
+    return _spacy_pipeline() is not None
+
+
+def spacy_entity(text: str, start: int, label: str) -> EntityMention | None:
+    """Map one spaCy entity to ours; None for labels we do not keep and for relative dates."""
+    kind = SPACY_LABELS.get(label)
+    if kind is None:
+        return None
+    if kind == "date" and _date_iso(text) is None:
+        return None
+    if kind in NAME_TYPES and text.lower() in _ALWAYS_STOP:
+        return None
+    return _mention(text, start, kind, 0.85, SPACY_PROVIDER)
+
+
+def _spacy_entities(text: str) -> list[EntityMention]:
+    nlp = _spacy_pipeline()
+    if nlp is None:
+        return []
+    found = []
+    for ent in nlp(text).ents:
+        mention = spacy_entity(ent.text, ent.start_char, ent.label_)
+        if mention is not None:
+            found.append(mention)
+    return found
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def deduplicate_overlaps(mentions: Iterable[EntityMention]) -> list[EntityMention]:
+    """Keep non-overlapping mentions: highest confidence, then longest, then earliest span."""
+    ranked = sorted(mentions, key=lambda m: (-m.confidence, -(m.end - m.start), m.start))
+    kept: list[EntityMention] = []
+    for mention in ranked:
+        if all(mention.end <= other.start or mention.start >= other.end for other in kept):
+            kept.append(mention)
+    return sorted(kept, key=lambda m: m.start)
+
+
+def extract_entities(
+    text: str, strategy: Literal["fast", "accurate"] = "fast"
+) -> list[EntityMention]:
+    """Entities in `text`, sorted by position, with overlapping spans resolved."""
+    if strategy not in ("fast", "accurate"):
+        raise ValueError(f"unknown NER strategy {strategy!r}")
+    mentions = _regex_entities(text) + _cue_entities(text) + _name_entities(text)
+    if strategy == "accurate":
+        mentions += _spacy_entities(text)
+    return deduplicate_overlaps(mentions)
+
+
+def _types_compatible(a: str, b: str) -> bool:
+    """`other` is an unspecific name type, so it may match any name type (and vice versa)."""
+    if a == b:
+        return True
+    return (a == "other" and b in NAME_TYPES) or (b == "other" and a in NAME_TYPES)
+
+
+def resolve(mention: EntityMention, known: Iterable[KnownEntity]) -> KnownEntity | None:
+    """The registered entity a mention refers to: canonical name + type first, then an alias.
+
+    The alias step compares the mention's raw text and canonical name case-insensitively with
+    each entity's aliases and canonical name, among entities of a compatible type (so the
+    hashtag "#paris" never resolves to the location "Paris").
+    """
+    candidates = list(known)
+    for entity in candidates:
+        if entity.type == mention.type and entity.canonical_name == mention.canonical:
+            return entity
+    keys = {mention.canonical.casefold(), mention.text.strip().casefold()}
+    for entity in candidates:
+        if not _types_compatible(entity.type, mention.type):
+            continue
+        names = {alias.strip().casefold() for alias in entity.aliases}
+        names.add(entity.canonical_name.casefold())
+        if keys & names:
+            return entity
+    return None

@@ -1,0 +1,152 @@
+"""The audit trail of every write: `history` rows (seed 003 §8) and the per-conversation
+`change_log` under revision numbers (`conversation_revisions`), which the delta header of
+seed 003 §1 reads.
+
+Rows are buffered during a writer transaction and written in bulk at commit: a DuckDB
+statement costs milliseconds, so one per row would dominate a consolidation run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from memory_dag.store.connection import insert_arrow, to_json
+
+_TS = pa.timestamp("us", tz="UTC")
+_HISTORY_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("memory_id", pa.string()),
+        ("event", pa.string()),
+        ("old_ref", pa.string()),
+        ("new_ref", pa.string()),
+        ("actor", pa.string()),
+        ("meta", pa.string()),
+        ("ts", _TS),
+    ]
+)
+_CHANGE_LOG_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("conversation_id", pa.string()),
+        ("rev", pa.int64()),
+        ("memory_id", pa.string()),
+        ("event", pa.string()),
+        ("meta", pa.string()),
+        ("ts", _TS),
+    ]
+)
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex[:20]
+
+
+class HistoryLog:
+    """History and change-log rows of one writer transaction, and the revision counters.
+
+    `guard` is called before each row is queued (the writer checks that a transaction is open).
+    """
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, actor: str, guard: Callable[[], None]
+    ) -> None:
+        self.con = con
+        self.actor = actor
+        self._guard = guard
+        self._history: list[dict[str, Any]] = []
+        self._changes: list[dict[str, Any]] = []
+        self._revisions: dict[str, int] = {}
+
+    def history(
+        self,
+        memory_id: str | None,
+        event: str,
+        *,
+        old_ref: str | None = None,
+        new_ref: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        """One audit row (seed 003 §8); also used alone for decisions that change nothing."""
+        self._guard()
+        self._history.append(
+            {
+                "id": _new_id("hist_"),
+                "memory_id": memory_id,
+                "event": event,
+                "old_ref": old_ref,
+                "new_ref": new_ref,
+                "actor": self.actor,
+                "meta": to_json(meta or {}),
+                "ts": datetime.now(UTC),
+            }
+        )
+
+    def log_change(
+        self,
+        conversation_id: str | None,
+        memory_id: str | None,
+        event: str,
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        """A change-log row under the conversation's next revision; returns that revision.
+
+        The counter is read once per transaction and written back with the rows at commit: the
+        write lock makes this connection the only writer, so the bump is atomic with the change.
+        """
+        self._guard()
+        conversation = conversation_id or ""
+        if conversation not in self._revisions:
+            row = self.con.execute(
+                "SELECT rev FROM conversation_revisions WHERE conversation_id = ?", [conversation]
+            ).fetchone()
+            self._revisions[conversation] = int(row[0]) if row else 0
+        self._revisions[conversation] += 1
+        rev = self._revisions[conversation]
+        self._changes.append(
+            {
+                "id": _new_id("chg_"),
+                "conversation_id": conversation,
+                "rev": rev,
+                "memory_id": memory_id,
+                "event": event,
+                "meta": to_json(meta or {}),
+                "ts": datetime.now(UTC),
+            }
+        )
+        return rev
+
+    def flush(self) -> None:
+        """Write the queued rows and the new revision counters (inside the transaction)."""
+        if self._history:
+            insert_arrow(
+                self.con, "history", pa.Table.from_pylist(self._history, schema=_HISTORY_SCHEMA)
+            )
+            self._history = []
+        if self._changes:
+            insert_arrow(
+                self.con,
+                "change_log",
+                pa.Table.from_pylist(self._changes, schema=_CHANGE_LOG_SCHEMA),
+            )
+            self._changes = []
+            revisions = sorted(self._revisions.items())
+            self.con.execute(
+                "INSERT INTO conversation_revisions (conversation_id, rev) "
+                "SELECT unnest(?::TEXT[]), unnest(?::BIGINT[]) "
+                "ON CONFLICT (conversation_id) DO UPDATE SET rev = excluded.rev",
+                [[c for c, _ in revisions], [r for _, r in revisions]],
+            )
+        self._revisions = {}
+
+    def reset(self) -> None:
+        """Drop what is queued (the transaction rolled back)."""
+        self._history.clear()
+        self._changes.clear()
+        self._revisions.clear()

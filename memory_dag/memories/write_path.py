@@ -1,0 +1,532 @@
+"""The write path: what people said in closed sessions becomes facts, kept consistent over time.
+
+Which sessions are due is decided in `sessions.py`. Consolidating a session, turn by turn in
+the order they were said (user turns only, seed 000 §4.2):
+
+1. Extraction: `extract_facts_llm` when an LLM is configured, else `extract_facts_rules` (the run
+   says which). An LLM failure means no facts for that turn and an `events` row.
+2. Two-level dedup and the write cap (`select_for_write`): exact within the turn's batch, word
+   Jaccard >= 0.75 against the conversation's active facts, then at most 3 writes.
+3. Neighbourhood: the 5 active facts of the conversation nearest by cosine (the embedding
+   provider's vectors, cached in `embedding_cache`), plus up to 5 sharing the most words (Jaccard
+   >= 0.2). The word candidates matter: "loves pizza" / "hates pizza" embed close, but
+   "lives in Paris" / "lives in Berlin" do not (cosine 0.44 with WordLlama).
+4. Reconciliation (`reconcile_llm` or `reconcile_rules`), then execution through `MemoryWriter`:
+   ADD inserts, UPDATE soft-deletes the old fact (`replaced_by`) and inserts the new one
+   (`supersedes`), DELETE soft-deletes (history `new_ref` = the fact that contradicted it),
+   NONE for a duplicate is recorded in `history` without any change. A failed LLM call adds
+   every fact and leaves an `events` row.
+
+A fact carries the turn's conversation, session, speaker, role and time, and `source_ids` = the
+episode id of its turn. Sessions are written in all-or-nothing batches, so a crash leaves them
+pending; extraction runs before the store is opened, so its LLM latency does not hold DuckDB's
+write lock (reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
+
+Kept as one module (~530 lines): one consolidation, read -> extract -> reconcile -> write per
+batch of sessions; the sessions themselves are in `sessions.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from memory_dag.config import Settings
+from memory_dag.embed.chunk_embeddings import embed_chunks
+from memory_dag.embed.providers import get_provider
+from memory_dag.ids import text_hash
+from memory_dag.index.build import build_fts_index, build_search_index
+from memory_dag.ingest.chunks import build_chunks
+from memory_dag.ingest.files import sync_files
+from memory_dag.llm import LLMClient, LLMConfig, LLMError
+from memory_dag.memories.fact_rules import extract_facts_rules
+from memory_dag.memories.facts import (
+    FactCandidate,
+    classify_fact,
+    extract_facts_llm,
+    select_for_write,
+    validate_fact,
+)
+from memory_dag.memories.reconcile import (
+    Decision,
+    ExistingMemory,
+    jaccard,
+    reconcile_llm,
+    reconcile_rules,
+)
+from memory_dag.memories.relations import FactSet
+from memory_dag.memories.sessions import (
+    NODE,
+    Session,
+    load_sessions,
+    register_sessions,
+    reopen_changed_sessions,
+    sessions_due,
+)
+from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
+from memory_dag.reports import StageReport
+from memory_dag.store.connection import fetch_dicts, open_store
+
+ACTOR = "write_path"
+NEIGHBOURS_BY_VECTOR = 5
+NEIGHBOURS_BY_WORDS = 5
+MIN_NEIGHBOUR_JACCARD = 0.2
+#: A consolidation run releases DuckDB's write lock at least this often (see `_write_sessions`).
+LOCK_HOLD_SECONDS = 5.0
+PREVIEW_ROWS = 10
+
+_COUNT_KEYS = (
+    "sessions_registered",
+    "sessions_reopened",
+    "sessions_consolidated",
+    "sessions_open",
+    "turns_examined",
+    "candidates",
+    "facts_added",
+    "facts_updated",
+    "facts_deleted",
+    "facts_unchanged",
+    "facts_rejected",
+    "entities_created",
+    "entity_links",
+    "relations",
+    "llm_failures",
+)
+
+
+@dataclass
+class WriteReport(StageReport):
+    """A `StageReport` plus the method that ran (llm | rules) and per-step seconds."""
+
+    method: str = "rules"
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    """A user turn (an episode) waiting to be examined."""
+
+    episode_id: str
+    turn_id: str
+    path: str
+    conversation_id: str | None
+    session_id: str | None
+    speaker: str | None
+    role: str
+    content: str
+    event_time: datetime | None
+
+    @property
+    def key(self) -> str:
+        """Identifies this turn with this text: an edited turn is a new turn to examine."""
+        return f"{self.episode_id}:{text_hash(self.content)[:16]}"
+
+
+def _pending_turns(con: Any, sessions: list[Session]) -> dict[str, list[UserTurn]]:
+    """User turns of these sessions that no earlier consolidation examined, in order."""
+    paths = [s.path for s in sessions]
+    if not paths:
+        return {}
+    examined: set[str] = set()
+    for (meta,) in con.execute(
+        "SELECT meta FROM events WHERE node = ? AND op = 'consolidate' "
+        "AND json_extract_string(meta, '$.path') IN (SELECT unnest(?::TEXT[]))",
+        [NODE, paths],
+    ).fetchall():
+        examined.update(json.loads(meta).get("turns", []))
+    rows = con.execute(
+        "SELECT id, turn_id, path, conversation_id, session_id, speaker, source_role, content, "
+        "event_time FROM memories WHERE kind = 'episode' AND source_role = 'user' "
+        "AND path IN (SELECT unnest(?::TEXT[])) ORDER BY path, line",
+        [paths],
+    ).fetchall()
+    pending: dict[str, list[UserTurn]] = {path: [] for path in paths}
+    for row in rows:
+        turn = UserTurn(*row)
+        if turn.key not in examined:
+            pending[turn.path].append(turn)
+    return pending
+
+
+# --------------------------------------------------------------------------- consolidation
+
+
+def llm_client(settings: Settings) -> LLMClient | None:
+    """The configured LLM, or None: the non-LLM methods run instead."""
+    config = LLMConfig.from_settings(settings)
+    return LLMClient(config) if config is not None else None
+
+
+Extracted = tuple[list[FactCandidate], LLMError | None]
+
+
+def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracted]:
+    """Fact candidates of each turn (LLM calls run on the client's bounded thread pool)."""
+    if llm is None:
+        return [(extract_facts_rules(t.content, t.speaker, t.turn_id), None) for t in turns]
+    return llm.map(lambda t: extract_facts_llm(llm, t.content, t.speaker, t.turn_id), turns)
+
+
+def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:
+    """Active facts to reconcile against: nearest by cosine plus most word overlap."""
+    chosen: dict[int, None] = {}
+    for text, vector in zip(texts, vectors, strict=True):
+        for position, _ in facts.similar(vector, NEIGHBOURS_BY_VECTOR):
+            chosen[position] = None
+        overlap = sorted(
+            ((jaccard(text, other), i) for i, other in enumerate(facts.texts)), reverse=True
+        )
+        for score, position in overlap[:NEIGHBOURS_BY_WORDS]:
+            if score >= MIN_NEIGHBOUR_JACCARD:
+                chosen[position] = None
+    return [ExistingMemory(facts.ids[i], facts.texts[i], facts.vectors[i]) for i in chosen]
+
+
+class _SessionWriter:
+    """Consolidates the turns of one session inside the writer's open transaction."""
+
+    def __init__(
+        self, writer: MemoryWriter, llm: LLMClient | None, method: str, counts: dict[str, int]
+    ) -> None:
+        self.writer = writer
+        self.llm = llm
+        self.method = method
+        self.counts = counts
+        self.timings: dict[str, float] = {"reconcile": 0.0, "write": 0.0}
+        self.written: list[str] = []
+
+    def _count(self, key: str, amount: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + amount
+
+    def turn(self, turn: UserTurn, candidates: list[FactCandidate], error: LLMError | None) -> None:
+        self._count("turns_examined")
+        self._count("candidates", len(candidates))
+        if error is not None:
+            self.writer.record_event(
+                NODE,
+                "extract",
+                "error",
+                conversation_id=turn.conversation_id,
+                memory_id=turn.episode_id,
+                detail=str(error),
+                meta={"kind": error.kind, "path": turn.path, "turn_id": turn.turn_id},
+            )
+        facts = self.writer.facts(turn.conversation_id)
+        fresh = select_for_write(candidates, facts.texts)
+        self._count("facts_unchanged", len(candidates) - len(fresh))
+        if not fresh:
+            return
+        started = time.perf_counter()
+        texts = [candidate.text for candidate in fresh]
+        vectors = self.writer.embed(texts)
+        neighbours = neighbourhood(facts, texts, vectors)
+        if self.llm is None:
+            decisions = reconcile_rules(texts, vectors, neighbours)
+        else:
+            decisions, failure = reconcile_llm(self.llm, texts, neighbours)
+            if failure is not None:
+                self.writer.record_event(
+                    "reconcile",
+                    "reconcile",
+                    "error",
+                    conversation_id=turn.conversation_id,
+                    memory_id=turn.episode_id,
+                    detail=str(failure),
+                    meta={"kind": failure.kind, "facts": texts, "fallback": "added all"},
+                )
+        middle = time.perf_counter()
+        self.execute(turn, fresh, decisions)
+        self.timings["reconcile"] += middle - started
+        self.timings["write"] += time.perf_counter() - middle
+
+    def execute(
+        self, turn: UserTurn, fresh: list[FactCandidate], decisions: list[Decision]
+    ) -> None:
+        """Apply decisions: deletions first, so a new fact never links to what it contradicts."""
+        base = {
+            "method": self.method,
+            "session": turn.path,
+            "turn_id": turn.turn_id,
+            "episode_id": turn.episode_id,
+        }
+        writes: list[tuple[Decision, str, str]] = []  # decision, valid text, new id
+        for decision in decisions:
+            if decision.event in ("ADD", "UPDATE"):
+                text = validate_fact(decision.text)
+                if text is None:
+                    self._count("facts_rejected")
+                else:
+                    writes.append((decision, text, new_memory_id("fact")))
+        added = [(d.fact_index, new_id) for d, _, new_id in writes if d.event == "ADD"]
+        added_for = {index: new_id for index, new_id in added if index is not None}
+        for decision in decisions:
+            meta = {**base, "reason": decision.reason, "similarity": decision.similarity}
+            if decision.event == "DELETE":
+                # The contradicting fact; an LLM does not say which, so only when unambiguous.
+                new_ref = added_for.get(decision.fact_index)
+                if new_ref is None and len(added) == 1:
+                    new_ref = added[0][1]
+                self.writer.soft_delete(decision.memory_id, new_ref=new_ref, meta=meta)
+                self._count("facts_deleted")
+            elif decision.event == "NONE" and decision.fact_index is not None:
+                duplicate = fresh[decision.fact_index].text
+                meta["new_text"] = duplicate
+                self.writer.history(
+                    decision.memory_id, "NONE", old_ref=decision.memory_id, meta=meta
+                )
+                self._count("facts_unchanged")
+        for decision, text, new_id in writes:
+            candidate = fresh[decision.fact_index] if decision.fact_index is not None else None
+            memory = fact_memory(turn, text, candidate)
+            meta = {**base, "reason": decision.reason, "similarity": decision.similarity}
+            if decision.event == "ADD":
+                self.writer.add(memory, memory_id=new_id, meta=meta)
+                self._count("facts_added")
+            else:
+                assert decision.memory_id is not None
+                self.writer.replace(decision.memory_id, memory, memory_id=new_id, meta=meta)
+                self._count("facts_updated")
+            self.written.append(new_id)
+
+
+def fact_memory(turn: UserTurn, text: str, candidate: FactCandidate | None) -> NewMemory:
+    """The fact row for `text` said in `turn` (category and importance from the extractor)."""
+    if candidate is not None and candidate.text == text:
+        category, importance = candidate.category, candidate.importance
+    else:
+        category, importance = classify_fact(text)
+    return NewMemory(
+        content=text,
+        kind="fact",
+        conversation_id=turn.conversation_id,
+        session_id=turn.session_id,
+        speaker=turn.speaker,
+        source_role=turn.role,
+        category=category,
+        importance=importance,
+        event_time=turn.event_time,
+        source_ids=[turn.episode_id],
+        decay_rate=FACT_DECAY_RATE,
+    )
+
+
+def consolidate(
+    settings: Settings, *, include_open: bool = False, llm: LLMClient | None = None
+) -> WriteReport:
+    """Register new sessions, reopen changed ones, and consolidate the closed pending ones."""
+    started = time.perf_counter()
+    llm = llm if llm is not None else llm_client(settings)
+    method = "llm" if llm is not None else "rules"
+    report = WriteReport("facts", method=method)
+    counts: dict[str, int] = dict.fromkeys(_COUNT_KEYS, 0)
+    timings = {"extract": 0.0, "reconcile": 0.0, "write": 0.0, "relations": 0.0}
+    provider = get_provider(settings)
+    now = datetime.now(UTC)
+
+    with open_store(settings.db_path) as con:
+        writer = MemoryWriter(con, provider, actor=ACTOR)
+        with writer.transaction():
+            counts["sessions_registered"] = register_sessions(con, now)
+            counts["sessions_reopened"] = len(reopen_changed_sessions(writer))
+        sessions = load_sessions(con)
+        due = sessions_due(sessions, include_open)
+        pending = _pending_turns(con, due)
+
+    mark = time.perf_counter()
+    turns = [turn for session in due for turn in pending[session.path]]
+    extracted = dict(zip((t.key for t in turns), extract_turns(llm, turns), strict=True))
+    timings["extract"] = time.perf_counter() - mark
+
+    written = _write_sessions(settings, llm, method, due, pending, extracted, counts, timings)
+
+    with open_store(settings.db_path) as con:
+        counts["sessions_open"] = int(
+            con.execute(
+                "SELECT count(*) FROM sessions_consolidations s JOIN files f ON f.path = s.path "
+                "WHERE s.consolidated_at IS NULL"
+            ).fetchone()[0]
+        )
+        counts["facts_active"] = int(con.execute("SELECT count(*) FROM facts").fetchone()[0])
+        report.preview = fetch_dicts(
+            con,
+            "SELECT id, conversation_id, speaker, category, importance, content FROM memories "
+            "WHERE id IN (SELECT unnest(?::TEXT[])) ORDER BY created_at DESC, id LIMIT ?",
+            [written, PREVIEW_ROWS],
+        )
+    report.counts = counts
+    report.timings = {key: round(value, 3) for key, value in timings.items()}
+    if counts["relations"]:
+        ms_per_edge = 1000 * timings["relations"] / counts["relations"]
+        report.timings["relations_ms_per_edge"] = round(ms_per_edge, 3)
+    report.notes.append(_method_note(method, settings))
+    if counts["llm_failures"]:
+        report.notes.append(
+            f"{counts['llm_failures']} LLM failures: see `SELECT * FROM events WHERE status = "
+            "'error'`"
+        )
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _write_sessions(
+    settings: Settings,
+    llm: LLMClient | None,
+    method: str,
+    due: list[Session],
+    pending: dict[str, list[UserTurn]],
+    extracted: dict[str, Extracted],
+    counts: dict[str, int],
+    timings: dict[str, float],
+) -> list[str]:
+    """Reconcile and write the sessions in order; returns the new fact ids.
+
+    Sessions are written in batches, one transaction and one connection per batch: a batch
+    ends after `LOCK_HOLD_SECONDS`, so the agent's commands can write during long runs, and a
+    crash loses at most the current batch, which stays pending (each DuckDB commit costs
+    ~10 ms, so one transaction per session would dominate a rules run).
+    """
+    provider = get_provider(settings)
+    written: list[str] = []
+    position = 0
+    while position < len(due):
+        with open_store(settings.db_path) as con:
+            writer = MemoryWriter(con, provider, actor=ACTOR)
+            opened = time.monotonic()
+            with writer.transaction():
+                while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
+                    session, turns = due[position], pending[due[position].path]
+                    position += 1
+                    session_writer = _SessionWriter(writer, llm, method, counts)
+                    # One embedding call per session instead of one per turn.
+                    writer.embed([c.text for t in turns for c in extracted[t.key][0]])
+                    for turn in turns:
+                        session_writer.turn(turn, *extracted[turn.key])
+                    _mark_consolidated(writer, session, turns, session_writer, method)
+                    counts["sessions_consolidated"] += 1
+                    timings["reconcile"] += session_writer.timings["reconcile"]
+                    timings["write"] += session_writer.timings["write"]
+                    written.extend(session_writer.written)
+        for key in ("entities_created", "entity_links", "relations", "llm_failures"):
+            counts[key] += writer.counts.get(key, 0)
+        timings["relations"] += writer.relation_seconds
+    return written
+
+
+def _method_note(method: str, settings: Settings) -> str:
+    if method == "llm":
+        return f"method llm: extraction and reconciliation by {settings.llm_model}"
+    return (
+        "method rules (no LLM configured): self-statement rules for extraction, "
+        "similarity bands and fact structure for reconciliation"
+    )
+
+
+def _mark_consolidated(
+    writer: MemoryWriter,
+    session: Session,
+    turns: list[UserTurn],
+    session_writer: _SessionWriter,
+    method: str,
+) -> None:
+    written = len(session_writer.written)
+    writer.con.execute(
+        "UPDATE sessions_consolidations SET consolidated_at = ?, "
+        "facts_written = coalesce(facts_written, 0) + ?, method = ? WHERE path = ?",
+        [datetime.now(UTC), written, method, session.path],
+    )
+    writer.record_event(
+        NODE,
+        "consolidate",
+        "ok",
+        conversation_id=session.conversation_id,
+        detail=session.path,
+        meta={
+            "path": session.path,
+            "session_id": session.session_id,
+            "file_hash": session.file_hash,
+            "method": method,
+            "facts_written": written,
+            "turns": [turn.key for turn in turns],
+        },
+    )
+
+
+# --------------------------------------------------------------------------- entities
+
+
+def link_pending_entities(
+    settings: Settings, kinds: tuple[str, ...] = ("episode", "fact")
+) -> StageReport:
+    """Entities of every memory not linked yet (new or re-ingested episodes, facts).
+
+    Facts written by `MemoryWriter` are linked when written; this catches episodes, which the
+    ingest stage writes. Links of memories that no longer exist are removed, so mention counts
+    stay honest when transcripts change or go.
+    """
+    report = StageReport("entities")
+    started = time.perf_counter()
+    with open_store(settings.db_path) as con:
+        writer = MemoryWriter(con, get_provider(settings), actor=ACTOR)
+        pending = con.execute(
+            "SELECT id, content FROM memories WHERE kind IN (SELECT unnest(?::TEXT[])) "
+            "AND json_extract_string(attributes, '$.entities_at') IS NULL "
+            "ORDER BY coalesce(event_time, created_at), id",
+            [list(kinds)],
+        ).fetchall()
+        with writer.transaction():
+            orphans = _drop_orphan_links(con)
+            writer.link_entities([(row[0], row[1]) for row in pending])
+        totals = con.execute(
+            "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM memory_entities)"
+        ).fetchone()
+        report.preview = fetch_dicts(
+            con,
+            "SELECT canonical_name, type, mention_count, aliases FROM entities "
+            "ORDER BY mention_count DESC, canonical_name LIMIT ?",
+            [PREVIEW_ROWS],
+        )
+    report.counts = {
+        "memories_linked": len(pending),
+        "entities_created": writer.counts.get("entities_created", 0),
+        "entity_links": writer.counts.get("entity_links", 0),
+        "orphan_links_removed": orphans,
+        "entities": int(totals[0]),
+        "links": int(totals[1]),
+    }
+    report.notes.append("extractor: fast (regex + capitalised-name heuristics)")
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _drop_orphan_links(con: Any) -> int:
+    con.execute(
+        "UPDATE entities SET mention_count = entities.mention_count - gone.n "
+        "FROM (SELECT entity_id, count(*) AS n FROM memory_entities "
+        "      WHERE memory_id NOT IN (SELECT id FROM memories) GROUP BY entity_id) gone "
+        "WHERE entities.id = gone.entity_id"
+    )
+    row = con.execute(
+        "DELETE FROM memory_entities WHERE memory_id NOT IN (SELECT id FROM memories)"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+# --------------------------------------------------------------------------- whole runs
+
+
+def run_all(
+    settings: Settings, *, include_open: bool = False, llm: LLMClient | None = None
+) -> list[StageReport]:
+    """Ingest, consolidate, link entities, embed and index, in this process (no Dagster)."""
+    return [
+        sync_files(settings),
+        build_chunks(settings),
+        consolidate(settings, include_open=include_open, llm=llm),
+        link_pending_entities(settings),
+        embed_chunks(settings),
+        build_search_index(settings),
+        build_fts_index(settings),
+    ]

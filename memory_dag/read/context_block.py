@@ -1,0 +1,344 @@
+"""The context block injected before an agent's turn (seed 000 §3 step 5, seed 002 proactive
+query and injection hook, seed 003 §1 and §2, seed 004 context injection).
+
+    Memory updates since rev 4:                    only when something changed (≤ 3 bullets)
+    - +created: [preferences] Sam loves pizza (imp=3)
+    ## Conversation summary
+    <the conversation's final summary>
+    ## Relevant memories
+    [profile] Sam is allergic to peanuts           context: all categories first
+    [user] Sam: I moved to Lisbon in May.          then the ranked memories, no scores
+    ## Related
+    [goals] Sam plans to learn Portuguese.         1–2 memories linked to the ones above
+    ## Weekly reflection
+    <the latest reflection>
+
+The whole block fits `max_tokens` (tiktoken counts of the final text). It is filled in the
+order shown; the summary takes at most `SUMMARY_SHARE` of the budget, paragraphs (summary,
+reflection) are cut to the room left, and the first whole line (a change, a memory, a related
+memory) that does not fit ends the block, so nothing of lower rank jumps ahead of it.
+
+Store reads use one short read-only connection that does not wait: while a pipeline holds
+the store, the block is built from the published index alone and says so in `notes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from memory_dag.config import Settings
+from memory_dag.index.search import SearchFilters
+from memory_dag.ingest.tokens import count_tokens
+from memory_dag.memories.categories import CategoryConfig, load_categories
+from memory_dag.memories.change_log import changes
+from memory_dag.read.query import (
+    MemoryQuery,
+    fit_tokens,
+    index_kinds,
+    readable_kinds,
+    search_filters,
+)
+from memory_dag.read.results import Candidate, RetrievalResult
+from memory_dag.read.retriever import RetrievalConfig, Retriever
+from memory_dag.store.connection import StoreLockedError, open_store
+from memory_dag.summaries.conversation_summaries import final_summary
+
+#: Seed 002's injection hook: 5 memories, 500 tokens, minimum score 0.3.
+MAX_MEMORIES = 5
+MAX_TOKENS = 500
+MIN_SCORE = 0.3
+MAX_RELATED = 2
+#: The summary gets at most this share of the budget, so memories always have room.
+SUMMARY_SHARE = 0.4
+#: Without `since_rev`, the delta header covers this many latest revisions (seed 003 §1).
+DELTA_REVISIONS = 3
+#: At most this many memories of `context: all` categories are shown.
+ALWAYS_LIMIT = 10
+#: Kinds that have their own section, never ranked with the memories.
+OWN_SECTION_KINDS = ("summary", "reflection")
+
+
+@dataclass
+class ContextBlock:
+    text: str
+    tokens: int
+    max_tokens: int
+    #: The conversation's revision now: pass it as `since_rev` next time.
+    rev: int | None
+    #: Lines shown per section (the heading not counted).
+    sections: dict[str, int] = field(default_factory=dict)
+    stages: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return vars(self).copy()
+
+
+@dataclass
+class _Section:
+    name: str
+    heading: str | None
+    lines: list[str]
+    #: A paragraph is cut to the room left; other lines are kept whole.
+    paragraph: bool = False
+    #: The most tokens a line may use on its own (None: what is left).
+    cap: int | None = None
+
+
+@dataclass
+class _StoreView:
+    rev: int
+    delta: str
+    summary: str | None
+    reflection: str | None
+
+
+def build_context(
+    message: str,
+    conversation_id: str,
+    *,
+    settings: Settings | None = None,
+    max_tokens: int = MAX_TOKENS,
+    max_memories: int = MAX_MEMORIES,
+    min_score: float = MIN_SCORE,
+    since_rev: int | None = None,
+    agent: str | None = None,
+    user_id: str | None = None,
+    exclude_session: str | None = None,
+    categories: CategoryConfig | None = None,
+    retriever: Retriever | None = None,
+    config: RetrievalConfig | None = None,
+    now: datetime | None = None,
+) -> ContextBlock:
+    """The block to inject before the agent answers `message` in `conversation_id`.
+
+    `agent` (optional) restricts memories to its allowlist; `since_rev` is the revision the
+    agent saw last (default: the last `DELTA_REVISIONS` revisions).
+    """
+    settings = settings or Settings.load()
+    categories = categories or load_categories()
+    retriever = retriever or Retriever(settings, config)
+    notes: list[str] = []
+    filters, always = _scope(
+        message, conversation_id, agent, user_id, categories, index_kinds(retriever)
+    )
+    result = retriever.retrieve(
+        message,
+        top_k=max_memories,
+        filters=filters,
+        threshold=min_score,
+        exclude_session=exclude_session,
+        now=now,
+    )
+    if result.relevance_source == "fused":
+        notes.append("no reranker: memories ranked by the fused search score")
+    memories = _memory_lines(
+        _always_shown(retriever, message, filters, always, now), result, categories
+    )
+    related = [
+        f"[{_label(r.category, r.role, r.kind)}] {_one_line(r.text)}" for r in result.related
+    ]
+    view = _read_store(settings, conversation_id, since_rev, notes)
+
+    summary = [view.summary] if view and view.summary else []
+    reflection = [view.reflection] if view and view.reflection else []
+    sections = [
+        _Section("delta", None, view.delta.splitlines() if view else []),
+        _Section(
+            "summary", "## Conversation summary", summary, True, int(max_tokens * SUMMARY_SHARE)
+        ),
+        _Section("memories", "## Relevant memories", memories),
+        _Section("related", "## Related", related[:MAX_RELATED]),
+        _Section("reflection", "## Weekly reflection", reflection, True),
+    ]
+    text, shown = _assemble(sections, max_tokens)
+    return ContextBlock(
+        text=text,
+        tokens=count_tokens(text),
+        max_tokens=max_tokens,
+        rev=view.rev if view else None,
+        sections=shown,
+        stages=result.ran(),
+        notes=notes,
+    )
+
+
+def injection_hook(
+    settings: Settings,
+    *,
+    max_memories: int = MAX_MEMORIES,
+    max_tokens: int = MAX_TOKENS,
+    min_score: float = MIN_SCORE,
+    config: RetrievalConfig | None = None,
+) -> Callable[[str, str], str]:
+    """Seed 002's memory injection hook: `hook(message, conversation_id)` → text to prepend."""
+    retriever = Retriever(settings, config)
+
+    def hook(message: str, conversation_id: str) -> str:
+        return build_context(
+            message,
+            conversation_id,
+            settings=settings,
+            max_tokens=max_tokens,
+            max_memories=max_memories,
+            min_score=min_score,
+            retriever=retriever,
+        ).text
+
+    return hook
+
+
+# --- parts ---------------------------------------------------------------------------------
+
+
+def _scope(
+    message: str,
+    conversation_id: str,
+    agent: str | None,
+    user_id: str | None,
+    categories: CategoryConfig,
+    kinds: list[str],
+) -> tuple[SearchFilters, list[str]]:
+    """Index filters for the conversation (and the agent's allowlist), and the categories
+    whose memories are always shown (`context: all`)."""
+    if agent is None:
+        kinds = readable_kinds(kinds, OWN_SECTION_KINDS, procedural=False)
+        always = [c.name for c in categories.all() if c.context == "all"]
+        return SearchFilters(conversation=conversation_id, user_id=user_id, kind=kinds), always
+    request = MemoryQuery(agent=agent, query=message)
+    filters, wanted = search_filters(
+        request, categories, user_id=user_id, kinds=kinds, exclude_kinds=OWN_SECTION_KINDS
+    )
+    always = [c for c in wanted if categories.get(c).context == "all"]
+    return replace(filters, conversation=conversation_id), always
+
+
+def _always_shown(
+    retriever: Retriever,
+    message: str,
+    filters: SearchFilters,
+    always: list[str],
+    now: datetime | None,
+) -> list[str]:
+    """The `context: all` memories in scope, whatever their relevance, most relevant first."""
+    if not always:
+        return []
+    result = retriever.retrieve(
+        message, top_k=ALWAYS_LIMIT, filters=replace(filters, category=always), threshold=0.0,
+        now=now,
+    )  # fmt: skip
+    return [_candidate_line(c) for c in result.items]
+
+
+def _memory_lines(
+    always: list[str], result: RetrievalResult, categories: CategoryConfig
+) -> list[str]:
+    """Always-shown memories, then the ranked ones; at most `rag_length` per rag category."""
+    lines = list(always)
+    shown: dict[str, int] = {}
+    for candidate in result.items:
+        line = _candidate_line(candidate)
+        name = candidate.hit.category or categories.uncategorized or ""
+        limit = _rag_length(categories, name)
+        if line in lines or (limit is not None and shown.get(name, 0) >= limit):
+            continue
+        shown[name] = shown.get(name, 0) + 1
+        lines.append(line)
+    return lines
+
+
+def _rag_length(categories: CategoryConfig, name: str) -> int | None:
+    known = {c.name for c in categories.all()}
+    return categories.get(name).rag_length if name in known else None
+
+
+def _candidate_line(candidate: Candidate) -> str:
+    hit = candidate.hit
+    return f"[{_label(hit.category, hit.role, hit.kind)}] {_one_line(candidate.text)}"
+
+
+def _label(category: str | None, role: str | None, kind: str) -> str:
+    return category or role or kind
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _read_store(
+    settings: Settings, conversation_id: str, since_rev: int | None, notes: list[str]
+) -> _StoreView | None:
+    """Revision, delta header, final summary and latest reflection; None if the store is busy."""
+    try:
+        with open_store(settings.db_path, read_only=True, lock_timeout=0.0) as con:
+            row = con.execute(
+                "SELECT rev FROM conversation_revisions WHERE conversation_id = ?",
+                [conversation_id],
+            ).fetchone()
+            reflection = con.execute(
+                "SELECT content FROM memories WHERE kind = 'reflection' AND valid_until IS NULL "
+                "AND state = 'active' AND (conversation_id = ? OR conversation_id IS NULL) "
+                "ORDER BY created_at DESC LIMIT 1",
+                [conversation_id],
+            ).fetchone()
+    except FileNotFoundError:
+        notes.append("no store: no delta header, summary or reflection")
+        return None
+    except StoreLockedError:
+        notes.append("store busy (a pipeline holds it): no delta header, summary or reflection")
+        return None
+    rev = int(row[0]) if row else 0
+    since = max(rev - DELTA_REVISIONS, 0) if since_rev is None else since_rev
+    delta = changes(settings, since, conversation_id).header if rev > since else ""
+    summary = final_summary(conversation_id, settings)
+    return _StoreView(
+        rev=rev,
+        delta=delta,
+        summary=summary.content if summary else None,
+        reflection=reflection[0] if reflection else None,
+    )
+
+
+def _assemble(sections: list[_Section], budget: int) -> tuple[str, dict[str, int]]:
+    """Add lines in order while the rendered block fits the budget (see the module doc)."""
+    kept: dict[str, list[str]] = {s.name: [] for s in sections}
+
+    def render() -> str:
+        parts: list[str] = []
+        for section in sections:
+            if kept[section.name]:
+                parts.extend([section.heading] if section.heading else [])
+                parts.extend(kept[section.name])
+        return "\n".join(parts)
+
+    for section in sections:
+        for line in section.lines:
+            if section.cap is not None:
+                line = fit_tokens(line, section.cap)
+            kept[section.name].append(line)
+            if count_tokens(render()) <= budget:
+                continue
+            kept[section.name].pop()
+            if section.paragraph:
+                _fit_paragraph(kept[section.name], line, render, budget)
+            return render(), _counts(kept)
+    return render(), _counts(kept)
+
+
+def _counts(kept: dict[str, list[str]]) -> dict[str, int]:
+    return {name: len(lines) for name, lines in kept.items() if lines}
+
+
+def _fit_paragraph(
+    target: list[str], paragraph: str, render: Callable[[], str], budget: int
+) -> None:
+    """Append the longest cut of `paragraph` (at least 8 tokens) that keeps the block in budget."""
+    room = budget - count_tokens(render())
+    for size in range(room, 7, -1):
+        target.append(fit_tokens(paragraph, size))
+        if count_tokens(render()) <= budget:
+            return
+        target.pop()

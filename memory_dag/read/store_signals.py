@@ -1,0 +1,169 @@
+"""What the store knows that the published index may not (yet): memories soft-deleted or
+expired since the index was built, live relations, entity links of the query's names.
+
+Read once per store version (a short read-only connection), never while a pipeline holds
+the store for longer than the caller allows.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memory_dag.ids import episode_id
+from memory_dag.index.search import SearchHit
+from memory_dag.memories.entities import extract_entities
+from memory_dag.read.results import Candidate, RelatedMemory
+from memory_dag.store.connection import StoreLockedError, open_store
+
+
+@dataclass
+class StoreSignals:
+    """What the store knows about memories that the published index may not (yet)."""
+
+    #: (size, mtime) of the store file and its WAL when this was read.
+    signature: tuple[int, ...] = ()
+    #: Ids of soft-deleted or expired memories.
+    dead: set[str] = field(default_factory=set)
+    #: memory id → [(related live memory id, strength)], strongest first, either direction.
+    edges: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    #: memory id → how many entities named by the query it is linked to (per query).
+    entity_matches: dict[str, int] = field(default_factory=dict)
+
+
+def store_signature(db_path: Path) -> tuple[int, ...] | None:
+    """Changes whenever DuckDB writes the store (the file or its WAL); None: no store."""
+    parts: list[int] = []
+    for path in (db_path, db_path.with_name(db_path.name + ".wal")):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            if path == db_path:
+                return None
+            continue
+        parts += [stat.st_size, stat.st_mtime_ns]
+    return tuple(parts)
+
+
+_snapshots: dict[Path, StoreSignals] = {}
+_snapshots_lock = threading.Lock()
+
+
+def store_snapshot(db_path: Path, lock_timeout: float = 0.0) -> tuple[StoreSignals | None, str]:
+    """Inactive ids and live relations of the store, read again only after it changed.
+
+    A short read-only connection costs tens of milliseconds (more on a busy machine), so the
+    hot path reads the whole of both once per store version, as the index is loaded once per
+    version. While a pipeline holds the store the last snapshot is used, or none.
+    """
+    signature = store_signature(db_path)
+    if signature is None:
+        return None, "no store"
+    key = db_path.resolve()
+    with _snapshots_lock:
+        cached = _snapshots.get(key)
+        if cached is not None and cached.signature == signature:
+            return cached, "snapshot"
+        try:
+            with open_store(db_path, read_only=True, lock_timeout=lock_timeout) as con:
+                snapshot = _read_snapshot(con, signature)
+        except StoreLockedError:
+            if cached is not None:
+                return cached, "store busy: the last snapshot"
+            return None, "store busy (a pipeline holds it)"
+        _snapshots[key] = snapshot
+        return snapshot, "read"
+
+
+def _read_snapshot(con: Any, signature: tuple[int, ...]) -> StoreSignals:
+    dead = con.execute(
+        "SELECT id FROM memories WHERE valid_until IS NOT NULL OR state <> 'active'"
+    ).fetchall()
+    edges = con.execute(
+        """
+        SELECT r.from_id, r.to_id, r.strength
+        FROM relations r
+        JOIN memories a ON a.id = r.from_id JOIN memories b ON b.id = r.to_id
+        WHERE a.valid_until IS NULL AND a.state = 'active'
+          AND b.valid_until IS NULL AND b.state = 'active'
+        ORDER BY r.strength DESC, r.from_id, r.to_id
+        """
+    ).fetchall()
+    snapshot = StoreSignals(signature=signature, dead={row[0] for row in dead})
+    for from_id, to_id, strength in edges:
+        snapshot.edges.setdefault(from_id, []).append((to_id, strength))
+        snapshot.edges.setdefault(to_id, []).append((from_id, strength))
+    return snapshot
+
+
+def entity_matches(
+    db_path: Path, memory_ids: list[str], names: list[str], lock_timeout: float = 0.0
+) -> dict[str, int] | None:
+    """memory id → entities among `names` it is linked to; None when the store is busy."""
+    if not memory_ids or not names:
+        return {}
+    try:
+        with open_store(db_path, read_only=True, lock_timeout=lock_timeout) as con:
+            rows = con.execute(
+                """
+                SELECT me.memory_id, count(DISTINCT me.entity_id)
+                FROM memory_entities me JOIN entities e ON e.id = me.entity_id
+                WHERE me.memory_id IN (SELECT unnest(?::TEXT[]))
+                  AND (lower(e.canonical_name) IN (SELECT unnest(?::TEXT[]))
+                       OR len(list_intersect(list_transform(e.aliases, a -> lower(a)),
+                                             ?::TEXT[])) > 0)
+                GROUP BY me.memory_id
+                """,
+                [memory_ids, names, names],
+            ).fetchall()
+    except (FileNotFoundError, StoreLockedError):
+        return None
+    return dict(rows)
+
+
+def memory_ids_of(hit: SearchHit) -> list[str]:
+    """The `memories` rows behind a hit: a derived memory, or the episodes of a transcript chunk."""
+    if hit.source == "memories":
+        return [hit.id]
+    if hit.kind == "transcript":
+        return [episode_id(hit.path, turn_id) for turn_id in hit.turn_ids]
+    return []
+
+
+def query_entity_names(query: str) -> list[str]:
+    """Lower-cased names and canonical forms of the entities a query mentions."""
+    names = set()
+    for mention in extract_entities(query):
+        names.add(mention.text.strip().lower())
+        names.add(mention.canonical.strip().lower())
+    return sorted(n for n in names if n)
+
+
+def related_candidates(
+    items: list[Candidate], candidates: list[Candidate], signals: StoreSignals | None
+) -> list[RelatedMemory]:
+    """Candidates linked to a result but not shown, strongest link first.
+
+    Only candidates qualify: they come from the same filtered search, so a relation never
+    reaches past the categories or the user the request may read.
+    """
+    if signals is None:
+        return []
+    by_memory = {i: c for c in candidates for i in c.memory_ids}
+    shown = {i for c in items for i in c.memory_ids}
+    related: dict[str, RelatedMemory] = {}
+    for item in items:
+        for memory_id in item.memory_ids:
+            for other, strength in signals.edges.get(memory_id, []):
+                candidate = by_memory.get(other)
+                if candidate is None or other in shown:
+                    continue
+                if other in related and related[other].strength >= strength:
+                    continue
+                hit = candidate.hit
+                related[other] = RelatedMemory(
+                    other, candidate.text, hit.category, hit.role, hit.kind, strength, memory_id
+                )
+    return sorted(related.values(), key=lambda r: -r.strength)

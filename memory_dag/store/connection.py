@@ -1,0 +1,173 @@
+"""Opening the DuckDB memory store: short connections, lock-aware retries, forward migrations.
+
+DuckDB allows one writing process per file. Every writer here keeps its connection short
+(open, write, close), and every opener waits a bounded time when another process holds the
+lock instead of failing at once. Search does not open the file at all: it reads the last
+published index (see `index_files.py`), so it never waits on a running pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from memory_dag.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+
+class StoreLockedError(RuntimeError):
+    """Another process kept the store's write lock for longer than we were willing to wait."""
+
+
+def is_lock_error(error: BaseException) -> bool:
+    """True for DuckDB's 'Could not set lock on file' conflicts (and only those)."""
+    message = str(error).lower()
+    return isinstance(error, duckdb.IOException) and (
+        "could not set lock" in message or "conflicting lock" in message
+    )
+
+
+def connect(
+    db_path: str | Path, *, read_only: bool = False, lock_timeout: float = 60.0
+) -> duckdb.DuckDBPyConnection:
+    """Open the store, waiting up to `lock_timeout` seconds for another writer to finish.
+
+    A writable connection migrates the schema forward before it is returned.
+    """
+    path = Path(db_path)
+    if read_only and not path.exists():
+        raise FileNotFoundError(f"no memory store at {path}: run `memory-dag ingest` first")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + lock_timeout
+    delay = 0.05
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+            break
+        except duckdb.IOException as error:
+            if not is_lock_error(error) or time.monotonic() >= deadline:
+                if is_lock_error(error):
+                    raise StoreLockedError(
+                        f"{path} is locked by another process (a running pipeline?) and "
+                        f"stayed locked for {lock_timeout:.0f}s"
+                    ) from error
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+    if not read_only:
+        migrate(con)
+    return con
+
+
+@contextmanager
+def open_store(
+    db_path: str | Path, *, read_only: bool = False, lock_timeout: float = 60.0
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`with open_store(path) as con:` — a short-lived connection that is always closed."""
+    con = connect(db_path, read_only=read_only, lock_timeout=lock_timeout)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_meta'"
+    ).fetchone()
+    if not exists or exists[0] == 0:
+        return 0
+    row = con.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Apply the migrations this store has not seen yet, each in its own transaction."""
+    current = schema_version(con)
+    if current > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"store schema version {current} is newer than this memory-dag ({SCHEMA_VERSION})"
+        )
+    for version in range(current, SCHEMA_VERSION):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(MIGRATIONS[version])
+            set_meta(con, "schema_version", str(version + 1))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return SCHEMA_VERSION - current
+
+
+def get_meta(con: duckdb.DuckDBPyConnection, key: str) -> str | None:
+    row = con.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchone()
+    return row[0] if row else None
+
+
+def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
+    con.execute(
+        "INSERT OR REPLACE INTO store_meta (key, value, updated_at) VALUES (?, ?, now())",
+        [key, value],
+    )
+
+
+def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> int:
+    """Bulk insert through Arrow (DuckDB's executemany is ~1,000x slower)."""
+    if rows.num_rows == 0:
+        return 0
+    con.register("_incoming", rows)
+    try:
+        columns = ", ".join(rows.column_names)
+        con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _incoming")
+    finally:
+        con.unregister("_incoming")
+    return rows.num_rows
+
+
+def fetch_arrow(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None
+) -> pa.Table:
+    """The whole result as one Arrow table (`.arrow()` may hand back a batch reader)."""
+    result = con.execute(sql, params or []).arrow()
+    return result.read_all() if hasattr(result, "read_all") else result
+
+
+def fetch_dicts(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None):
+    """Rows as dicts, for previews and small lookups."""
+    cursor = con.execute(sql, params or [])
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def load_fts(con: duckdb.DuckDBPyConnection) -> str:
+    """Load DuckDB's full-text extension, offline when `duckdb-extension-fts` is installed.
+
+    Returns how it was loaded ("package" or "install"), for run metadata.
+    """
+    try:
+        import duckdb_extension_fts
+    except ImportError:
+        con.execute("INSTALL fts")
+        con.execute("LOAD fts")
+        return "install"
+    folder = Path(duckdb_extension_fts.__file__).parent / "extensions" / f"v{duckdb.__version__}"
+    extension = folder / "fts.duckdb_extension"
+    if not extension.exists():
+        raise RuntimeError(
+            f"duckdb-extension-fts has no build for duckdb {duckdb.__version__} ({extension}); "
+            "pin both packages to the same version"
+        )
+    con.execute(f"LOAD '{extension.as_posix()}'")
+    return "package"
+
+
+def to_json(value: Any) -> str:
+    """JSON for DuckDB JSON columns; dates and other objects become strings."""
+    return json.dumps(value, default=str, ensure_ascii=False)

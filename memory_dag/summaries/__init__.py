@@ -1,0 +1,3 @@
+"""Summaries: the adaptive summarizer (seed 001), one summary tree per conversation,
+and the Markdown export.
+"""

@@ -1,0 +1,553 @@
+"""A conversation's summary tree in the store: gather its input, summarize, replace atomically.
+
+Input (seed 001 §2.4, seed 000 §4.4): every turn of the conversation rendered `Speaker: text`
+under a dated header per session (transcript episodes, then `entries/<id>/turns/` notes), the
+facts recorded since the last summary, and the previous L3 as the rolling prior.
+
+Output: `memories` rows of kind 'summary' with the tree metadata of seed 001 §3.3 in
+`attributes` (read them through the `summaries` view). Active rows carry the deterministic ids
+`{conversation_id}:summary:L{n}:{index}` (index: chunk for L1, group for L2, `final` for L3).
+Every tree has a `generation`; replacing a tree retires the old rows in the same transaction as
+the new rows are inserted: they keep their content, get `valid_until`/`state='soft_deleted'`
+and the id suffix `#g{generation}`, so the canonical ids are free for the new tree and no
+reader ever sees a half-written or doubled tree.
+
+No connection is held while the summarizer runs (it may call an LLM for minutes): the store
+is opened once to read and once to write.
+
+Kept as one module (~550 lines): gathering a conversation's input, writing its tree in one
+transaction and reading it back share one row layout; split, it would be spread over files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import duckdb
+import pyarrow as pa
+from pydantic import BaseModel
+
+from memory_dag.config import Settings
+from memory_dag.ingest.sources import Turn, render_turn
+from memory_dag.ingest.tokens import count_tokens
+from memory_dag.store.connection import fetch_dicts, insert_arrow, open_store, to_json
+from memory_dag.summaries.summarizer import (
+    SummarizationError,
+    SummarizerConfig,
+    SummaryLevel,
+    SummaryResult,
+    summarize,
+)
+
+#: `events.node` of everything recorded here.
+EVENT_NODE = "summaries"
+#: Who wrote the rows (`memories.source_role`).
+WRITER = "summarizer"
+CONTENT_TYPE = "conversation"
+FACTS_HEADER = "Facts noted since the last summary:"
+
+
+def summary_id(conversation_id: str, level: int, index: int | str) -> str:
+    """The id of an active summary node (seed 001 §3.3)."""
+    return f"{conversation_id}:summary:L{level}:{index}"
+
+
+def final_id(conversation_id: str) -> str:
+    return summary_id(conversation_id, 3, "final")
+
+
+class StoredSummary(BaseModel):
+    """One summary row, with its tree metadata as fields."""
+
+    id: str
+    conversation_id: str
+    content: str
+    level: int
+    summary_level: SummaryLevel
+    generation: int
+    is_final: bool = False
+    chunk_index: int | None = None
+    group_index: int | None = None
+    parent_group: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    compression_ratio: float | None = None
+    method: str | None = None
+    created_at: datetime
+    valid_until: datetime | None = None
+    replaced_by: str | None = None
+    source_fingerprint: str | None = None  # on L3 rows: what the tree was built from
+
+    @property
+    def active(self) -> bool:
+        return self.valid_until is None
+
+
+@dataclass(frozen=True)
+class ConversationInput:
+    """What one summarization of a conversation reads."""
+
+    conversation_id: str
+    content: str
+    turns: int
+    sessions: int
+    facts: int  # facts in `content`: those recorded since the last summary
+    prior: StoredSummary | None
+    #: Identifies the source material (all turns, all facts) and the summarizer: unchanged
+    #: means a new summary would say the same, so the run is skipped.
+    fingerprint: str
+
+
+@dataclass
+class SummaryRun:
+    """What `summarize_conversation` did, for the CLI, the benchmark and run metadata."""
+
+    conversation_id: str
+    status: Literal["written", "unchanged", "none"]
+    level: SummaryLevel
+    method: str
+    input_tokens: int
+    output_tokens: int
+    compression_ratio: float
+    turns: int
+    sessions: int
+    facts: int
+    l1: int = 0
+    l2: int = 0
+    generation: int | None = None
+    retired: int = 0
+    final_id: str | None = None
+    preview: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        if self.status == "unchanged":
+            state = f"unchanged since generation {self.generation}, skipped"
+        else:
+            state = (
+                f"{self.level.value:<12} {self.input_tokens:>6} -> {self.output_tokens:>5} tokens "
+                f"(ratio {self.compression_ratio:.3f}, L1 {self.l1}, L2 {self.l2}, {self.method})"
+            )
+        return f"{self.conversation_id:<20} {state}  ({sum(self.seconds.values()):.2f}s)"
+
+
+# --- Gathering -----------------------------------------------------------------------------------
+
+
+def conversation_ids(settings: Settings) -> list[str]:
+    """Every conversation with turns or entries in the store, sorted."""
+    with open_store(settings.db_path, read_only=True) as con:
+        rows = con.execute(
+            "SELECT DISTINCT conversation_id FROM episodes WHERE conversation_id IS NOT NULL "
+            "UNION SELECT DISTINCT conversation_id FROM notes "
+            "WHERE kind = 'entry' AND conversation_id IS NOT NULL"
+        ).fetchall()
+    return sorted(row[0] for row in rows)
+
+
+def gather_input(
+    con: duckdb.DuckDBPyConnection, conversation_id: str, summarizer: str
+) -> ConversationInput:
+    """Read a conversation's turns, facts and prior L3 into the summarizer's input."""
+    prior = read_final_summary(con, conversation_id)
+    since = prior.created_at if prior is not None else None
+
+    episodes = fetch_dicts(
+        con,
+        "SELECT turn_id, session_id, role, speaker, content, event_time, line, path "
+        "FROM episodes WHERE conversation_id = ? ORDER BY path, line",
+        [conversation_id],
+    )
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    for row in episodes:
+        sessions.setdefault(row["path"], []).append(row)
+    entry_turns = fetch_dicts(
+        con,
+        "SELECT path, entry_id, role, body, created_at FROM notes "
+        "WHERE kind = 'entry' AND conversation_id = ? AND role IN ('user', 'assistant') "
+        "AND path LIKE 'entries/%/turns/%' ORDER BY created_at NULLS LAST, path",
+        [conversation_id],
+    )
+    facts = fetch_dicts(
+        con,
+        "SELECT id, content, created_at FROM facts WHERE conversation_id = ? "
+        "UNION ALL "
+        "SELECT path AS id, trim(body) AS content, created_at FROM notes "
+        "WHERE kind = 'entry' AND conversation_id = ? AND role = 'memory' "
+        "AND path LIKE 'entries/%/facts/%' "
+        "ORDER BY created_at NULLS FIRST, id",
+        [conversation_id, conversation_id],
+    )
+
+    blocks = [_session_block(rows) for rows in _ordered_sessions(sessions)]
+    if entry_turns:
+        lines = [
+            f"{(row['role'] or 'user').capitalize()}: {row['body'].strip()}" for row in entry_turns
+        ]
+        blocks.append("[conversation entries]\n" + "\n".join(lines))
+    transcript = "\n\n".join(blocks)
+    new_facts = [
+        row["content"]
+        for row in facts
+        if row["content"] and (since is None or (row["created_at"] and row["created_at"] > since))
+    ]
+    content = transcript
+    if new_facts:
+        content += "\n\n" + FACTS_HEADER + "\n" + "\n".join(f"- {fact}" for fact in new_facts)
+
+    digest = hashlib.sha256()
+    for part in [summarizer, transcript, *sorted(f"{r['id']}\x00{r['content']}" for r in facts)]:
+        digest.update(part.encode("utf-8") + b"\x00")
+    return ConversationInput(
+        conversation_id=conversation_id,
+        content=content.strip(),
+        turns=len(episodes) + len(entry_turns),
+        sessions=len(sessions) + (1 if entry_turns else 0),
+        facts=len(new_facts),
+        prior=prior,
+        fingerprint=digest.hexdigest()[:32],
+    )
+
+
+def _ordered_sessions(sessions: dict[str, list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """Sessions in time order; undated ones last, in natural file order (session_2 < _10)."""
+
+    def key(path: str) -> tuple[bool, datetime, list[Any]]:
+        times = [row["event_time"] for row in sessions[path] if row["event_time"] is not None]
+        first = min(times) if times else datetime.max.replace(tzinfo=UTC)
+        natural = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
+        return (not times, first, natural)
+
+    return [sessions[path] for path in sorted(sessions, key=key)]
+
+
+def _session_block(rows: list[dict[str, Any]]) -> str:
+    times = [row["event_time"] for row in rows if row["event_time"] is not None]
+    header = f"[{rows[0]['session_id']}"
+    if times:
+        when = min(times)
+        header += f", {when.day} {when:%B %Y, %H:%M}"
+    lines = [header + "]"]
+    for row in rows:
+        turn = Turn(
+            id=row["turn_id"],
+            session_id=row["session_id"],
+            conversation_id=None,
+            role=row["role"],
+            speaker=row["speaker"],
+            content=row["content"],
+            event_time=row["event_time"],
+            line=row["line"],
+        )
+        lines.append(render_turn(turn))
+    return "\n".join(lines)
+
+
+def summarizer_identity(config: SummarizerConfig) -> str:
+    """Part of the input fingerprint: switching to an LLM (or another model) re-summarizes."""
+    if config.llm is None:
+        return f"extractive/{config.chunk_size}/{config.chunk_overlap}/{config.group_size}"
+    return f"llm:{config.llm.config.model}/{config.chunk_size}/{config.chunk_overlap}"
+
+
+# --- Summarize and write -------------------------------------------------------------------------
+
+
+def summarize_conversation(
+    settings: Settings,
+    conversation_id: str,
+    *,
+    config: SummarizerConfig | None = None,
+    force: bool = False,
+) -> SummaryRun:
+    """Bring one conversation's summary up to date; skipped when its input has not changed.
+
+    Raises `SummarizationError` when the summarizer fails: the failure is recorded in `events`
+    and the previous summary stays active.
+    """
+    config = config or SummarizerConfig.from_settings(settings)
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    with open_store(settings.db_path) as con:
+        gathered = gather_input(con, conversation_id, summarizer_identity(config))
+    seconds["gather"] = round(time.perf_counter() - started, 3)
+
+    prior = gathered.prior
+    if not force and prior is not None and prior.source_fingerprint == gathered.fingerprint:
+        return _unchanged(gathered, prior, seconds)
+
+    started = time.perf_counter()
+    prior_text = prior.content if prior is not None else None
+    try:
+        result = summarize(gathered.content, config, prior_text, CONTENT_TYPE)
+    except SummarizationError as error:
+        with open_store(settings.db_path) as con:
+            record_event(con, conversation_id, "error", str(error), {"turns": gathered.turns})
+        raise
+    seconds["summarize"] = round(time.perf_counter() - started, 3)
+
+    started = time.perf_counter()
+    with open_store(settings.db_path) as con:
+        generation, retired = write_summary(con, gathered, result)
+        status = "written" if generation is not None else "none"
+        detail = f"{result.level.value}: {result.input_tokens} -> {result.output_tokens} tokens"
+        meta = {
+            "level": result.level.value,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+            "compression_ratio": result.compression_ratio,
+            "method": result.method,
+            "generation": generation,
+            "retired": retired,
+        }
+        memory_id = final_id(conversation_id) if generation is not None else None
+        record_event(con, conversation_id, "ok", detail, meta, memory_id=memory_id)
+    seconds["write"] = round(time.perf_counter() - started, 3)
+
+    tree = result.hierarchical
+    return SummaryRun(
+        conversation_id=conversation_id,
+        status=status,
+        level=result.level,
+        method=result.method,
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        compression_ratio=result.compression_ratio,
+        turns=gathered.turns,
+        sessions=gathered.sessions,
+        facts=gathered.facts,
+        l1=len(tree.l1_summaries) if tree else 0,
+        l2=len(tree.l2_summaries) if tree else 0,
+        generation=generation,
+        retired=retired,
+        final_id=memory_id,
+        preview=result.summary or "",
+        seconds=seconds,
+    )
+
+
+def _unchanged(
+    gathered: ConversationInput, prior: StoredSummary, seconds: dict[str, float]
+) -> SummaryRun:
+    return SummaryRun(
+        conversation_id=gathered.conversation_id,
+        status="unchanged",
+        level=prior.summary_level,
+        method=prior.method or "",
+        input_tokens=prior.input_tokens or 0,
+        output_tokens=prior.output_tokens or 0,
+        compression_ratio=prior.compression_ratio or 0.0,
+        turns=gathered.turns,
+        sessions=gathered.sessions,
+        facts=gathered.facts,
+        generation=prior.generation,
+        final_id=prior.id,
+        preview=prior.content,
+        seconds=seconds,
+    )
+
+
+def write_summary(
+    con: duckdb.DuckDBPyConnection, gathered: ConversationInput, result: SummaryResult
+) -> tuple[int | None, int]:
+    """Retire the active tree and insert the new one in one transaction.
+
+    Returns (generation of the new tree or None for a NONE result, rows retired). A NONE result
+    (the conversation is too short) retires the old tree and writes nothing.
+    """
+    conversation_id = gathered.conversation_id
+    now = datetime.now(UTC)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        row = con.execute(
+            "SELECT coalesce(max(CAST(json_extract(attributes, '$.generation') AS INTEGER)), 0) "
+            "FROM memories WHERE kind = 'summary' AND conversation_id = ?",
+            [conversation_id],
+        ).fetchone()
+        generation = int(row[0]) + 1
+        nodes = _nodes(gathered, result, generation)
+        replaced_by = final_id(conversation_id) if nodes else None
+        retired = con.execute(
+            "UPDATE memories SET id = id || '#g' || "
+            "coalesce(CAST(json_extract(attributes, '$.generation') AS INTEGER), 0), "
+            "valid_until = ?, state = 'soft_deleted', replaced_by = ? "
+            "WHERE kind = 'summary' AND conversation_id = ? AND valid_until IS NULL "
+            "AND state = 'active'",
+            [now, replaced_by, conversation_id],
+        ).fetchone()[0]
+        rows = [
+            {
+                "id": node_id,
+                "kind": "summary",
+                "content": content,
+                "conversation_id": conversation_id,
+                "source_role": WRITER,
+                "created_at": now,
+                "importance": 3 if attributes["is_final"] else 2,
+                "decay_rate": 0.0,  # summaries are exempt from decay and eviction (seed 000 §4.5)
+                "attributes": to_json(attributes),
+            }
+            for node_id, content, attributes in nodes
+        ]
+        insert_arrow(con, "memories", pa.Table.from_pylist(rows, schema=_SUMMARY_SCHEMA))
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return (generation if nodes else None), int(retired)
+
+
+def _nodes(
+    gathered: ConversationInput, result: SummaryResult, generation: int
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(id, content, attributes) of every node of the result's tree; [] for NONE."""
+    if result.summary is None:
+        return []
+    cid = gathered.conversation_id
+    common = {
+        "summary_level": result.level.value,
+        "method": result.method,
+        "generation": generation,
+    }
+    nodes: list[tuple[str, str, dict[str, Any]]] = []
+    tree = result.hierarchical
+    if tree is not None:
+        for l1 in tree.l1_summaries:
+            attributes = {
+                "level": 1,
+                "chunk_index": l1.chunk_index,
+                "parent_group": l1.parent_group,
+                "is_final": False,
+                **_tokens(l1.source_tokens, l1.token_count),
+                **common,
+            }
+            nodes.append((summary_id(cid, 1, l1.chunk_index), l1.content, attributes))
+        for index, text in enumerate(tree.l2_summaries):
+            covered = [s for s in tree.l1_summaries if s.parent_group == index]
+            attributes = {
+                "level": 2,
+                "group_index": index,
+                "chunk_indices": [s.chunk_index for s in covered],
+                "is_final": False,
+                **_tokens(sum(s.source_tokens for s in covered), count_tokens(text)),
+                **common,
+            }
+            nodes.append((summary_id(cid, 2, index), text, attributes))
+    final = {
+        "level": 3,
+        "is_final": True,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "compression_ratio": result.compression_ratio,
+        "l1_count": len(tree.l1_summaries) if tree else 0,
+        "l2_count": len(tree.l2_summaries) if tree else 0,
+        "turns": gathered.turns,
+        "sessions": gathered.sessions,
+        "facts": gathered.facts,
+        "source_fingerprint": gathered.fingerprint,
+        **common,
+    }
+    if tree is not None:
+        final.update(chunk_size=tree.chunk_size, chunk_overlap=tree.chunk_overlap)
+    nodes.append((final_id(cid), result.summary, final))
+    return nodes
+
+
+def _tokens(source: int, output: int) -> dict[str, Any]:
+    ratio = min(1.0, output / source) if source else 1.0
+    return {"input_tokens": source, "output_tokens": output, "compression_ratio": ratio}
+
+
+_SUMMARY_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("kind", pa.string()),
+        ("content", pa.string()),
+        ("conversation_id", pa.string()),
+        ("source_role", pa.string()),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+        ("importance", pa.int32()),
+        ("decay_rate", pa.float64()),
+        ("attributes", pa.string()),
+    ]
+)
+
+
+def record_event(
+    con: duckdb.DuckDBPyConnection,
+    conversation_id: str,
+    status: Literal["ok", "error", "skipped"],
+    detail: str,
+    meta: dict[str, Any],
+    *,
+    memory_id: str | None = None,
+) -> None:
+    """One `events` row for a summarization, so failures are visible in SQL afterwards."""
+    con.execute(
+        "INSERT INTO events (id, conversation_id, node, op, status, memory_id, detail, meta) "
+        "VALUES (?, ?, ?, 'summarize', ?, ?, ?, ?)",
+        [uuid.uuid4().hex, conversation_id, EVENT_NODE, status, memory_id, detail, to_json(meta)],
+    )
+
+
+# --- Reading ---------------------------------------------------------------------------------
+
+
+def final_summary(
+    conversation_id: str, settings: Settings | None = None, *, lock_timeout: float = 60.0
+) -> StoredSummary | None:
+    """The conversation's active L3 summary, for injection into prompts (seed 001 §6.3).
+
+    A read path that must not wait for a running pipeline passes `lock_timeout=0` (it then
+    gets `StoreLockedError` at once) or calls `read_final_summary` on its own connection.
+    """
+    settings = settings or Settings.load()
+    with open_store(settings.db_path, read_only=True, lock_timeout=lock_timeout) as con:
+        return read_final_summary(con, conversation_id)
+
+
+def summary_tree(
+    conversation_id: str, settings: Settings | None = None, *, include_retired: bool = False
+) -> list[StoredSummary]:
+    """Every node of the active tree (and of retired ones if asked), by level and index."""
+    settings = settings or Settings.load()
+    where = "" if include_retired else " AND valid_until IS NULL AND state = 'active'"
+    with open_store(settings.db_path, read_only=True) as con:
+        return _load(con, "conversation_id = ?" + where, [conversation_id])
+
+
+def read_final_summary(
+    con: duckdb.DuckDBPyConnection, conversation_id: str
+) -> StoredSummary | None:
+    """The active L3 summary, read on an open connection."""
+    rows = _load(
+        con,
+        "conversation_id = ? AND id = ? AND valid_until IS NULL AND state = 'active'",
+        [conversation_id, final_id(conversation_id)],
+    )
+    return rows[0] if rows else None
+
+
+def _load(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[StoredSummary]:
+    rows = fetch_dicts(
+        con,
+        "SELECT id, conversation_id, content, created_at, valid_until, replaced_by, attributes "
+        f"FROM memories WHERE kind = 'summary' AND {where}",
+        params,
+    )
+    summaries = []
+    for row in rows:
+        attributes = json.loads(row.pop("attributes") or "{}")
+        summaries.append(StoredSummary.model_validate({**attributes, **row}))
+    # Active tree first, then retired ones newest first; within a tree by level and index.
+    return sorted(
+        summaries,
+        key=lambda s: (not s.active, -s.generation, s.level, s.chunk_index or s.group_index or 0),
+    )

@@ -1,0 +1,575 @@
+"""Adaptive summarizer (seed 001): summary depth scales with the token count of the input.
+
+    < 100 tokens  NONE          nothing to summarize
+    < 500         BRIEF         one sentence          (~20%)
+    < 3000        STANDARD      one paragraph         (~12%)
+    < 15000       DETAILED      L1 per chunk + meta   (~7%)
+    otherwise     HIERARCHICAL  L1 / L2 / L3 tree     (~3-5%)
+
+With an LLM every node is an LLM call (L1 and L2 calls in parallel, bounded). Without one, an
+extractive summarizer (TF-IDF centrality with a redundancy penalty, numpy only) selects
+sentences under the same per-level token budgets and builds the same tree, so levels, tree
+shape and compression metrics stay real when the pipeline runs offline. Errors fail fast
+(seed §8): an LLM failure raises SummarizationError, never a partial tree.
+
+Kept as one module (~570 lines): seed 001's summarizer is one algorithm; level choice,
+chunking, middle truncation and the LLM and extractive engines share its budgets and units.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import Literal, Protocol, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory_dag.config import Settings
+from memory_dag.ingest.tokens import CHARS_PER_TOKEN, count_tokens, count_tokens_batch, get_encoding
+from memory_dag.ingest.tokens import split_by_tokens as _split_by_tokens
+from memory_dag.llm import LLMClient, LLMConfig, LLMError
+from memory_dag.summaries import prompts
+
+THRESHOLD_NONE = 100
+THRESHOLD_BRIEF = 500
+THRESHOLD_STANDARD = 3000
+THRESHOLD_DETAILED = 15000
+
+#: Target output/input token ratios (seed 001 §3.1). They size the extractive selection and
+#: cap LLM answers (`max_tokens` is twice the target, so a model is guided, not truncated).
+BRIEF_RATIO = 0.20
+STANDARD_RATIO = 0.12
+CHUNK_RATIO = 0.07  # each L1 summary, of its chunk
+DETAILED_META_RATIO = 0.07  # the DETAILED synthesis, of the whole input
+GROUP_RATIO = 0.05  # each L2 summary, of the source tokens its L1s cover
+FINAL_RATIO = 0.04  # the HIERARCHICAL L3, of the whole input
+MIN_MAX_TOKENS = 256
+
+#: Tokens kept free in a chunk for separators and re-tokenization at the joins.
+_JOIN_MARGIN = 8
+
+_PARAGRAPH_SPLIT = re.compile(r"(\r?\n[ \t\r]*\n\s*)")
+_SENTENCE_SPLIT = re.compile(r"((?<=[.!?])\s+|(?<=[.!?][\"'”’)\]])\s+|\s*\n\s*)")
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_STOPWORD_TEXT = """
+    a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself
+    yourselves also yes ok okay oh well really like get got s t"""
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+#: `Name:` / `Two Names:` at the start of a line: a transcript's speaker label.
+_SPEAKER_LABEL = re.compile(r"^([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2}):", re.MULTILINE)
+#: Sentences with fewer content words are pleasantries ("Thanks, Gina!"), not summary material.
+MIN_CONTENT_WORDS = 5
+#: How strongly the extractive selection avoids sentences similar to ones already chosen.
+_REDUNDANCY_PENALTY = 0.5
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class SummaryLevel(StrEnum):
+    """How deep to summarize; the value is the name stored in summary metadata."""
+
+    NONE = "NONE"
+    BRIEF = "BRIEF"
+    STANDARD = "STANDARD"
+    DETAILED = "DETAILED"
+    HIERARCHICAL = "HIERARCHICAL"
+
+
+class ChunkSummary(BaseModel):
+    """An L1 node: the summary of one chunk of the input."""
+
+    chunk_index: int
+    content: str
+    token_count: int
+    source_tokens: int
+    parent_group: int | None = None
+
+
+class HierarchicalSummary(BaseModel):
+    """The summary tree for DETAILED (L1 + L3) and HIERARCHICAL (L1 + L2 + L3) inputs."""
+
+    l1_summaries: list[ChunkSummary]
+    l2_summaries: list[str]
+    l3_summary: str
+    chunk_size: int = 3000
+    chunk_overlap: int = 200
+
+
+class SummaryResult(BaseModel):
+    """A summary with its compression metrics; `summary` is the final text at every level."""
+
+    level: SummaryLevel
+    summary: str | None
+    hierarchical: HierarchicalSummary | None = None
+    input_tokens: int
+    output_tokens: int
+    compression_ratio: float = Field(ge=0.0, le=1.0)
+    method: Literal["llm", "extractive"]
+
+
+class SummarizerConfig(BaseModel):
+    """How to summarize: with `llm` set every node is an LLM call, else extractive."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    llm: LLMClient | None = None
+    chunk_size: int = 3000
+    chunk_overlap: int = 200
+    group_size: int = 5
+    max_concurrency: int = 4
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SummarizerConfig:
+        """LLM summaries when the settings configure an LLM, extractive ones otherwise."""
+        llm_config = LLMConfig.from_settings(settings)
+        return cls(llm=LLMClient(llm_config) if llm_config else None)
+
+
+class SummarizationError(RuntimeError):
+    """The summary could not be built; nothing partial is returned."""
+
+
+def determine_level(tokens: int) -> SummaryLevel:
+    """The summary level for an input of `tokens` tokens (seed 001 §4.2)."""
+    if tokens < THRESHOLD_NONE:
+        return SummaryLevel.NONE
+    if tokens < THRESHOLD_BRIEF:
+        return SummaryLevel.BRIEF
+    if tokens < THRESHOLD_STANDARD:
+        return SummaryLevel.STANDARD
+    if tokens < THRESHOLD_DETAILED:
+        return SummaryLevel.DETAILED
+    return SummaryLevel.HIERARCHICAL
+
+
+def summarize(
+    content: str,
+    config: SummarizerConfig,
+    prior_summary: str | None = None,
+    content_type: str = "general",
+) -> SummaryResult:
+    """Summarize `content` at the level its token count calls for.
+
+    `prior_summary` (the previous final summary) is context for the last step: the rolling
+    prompt for BRIEF, `{prior_context}` of the paragraph prompt for STANDARD, and of the
+    final synthesis for DETAILED and HIERARCHICAL.
+    """
+    engine: _Engine = _LLMEngine(config) if config.llm is not None else _ExtractiveEngine()
+    if not content.strip():
+        return _result(SummaryLevel.NONE, None, None, 0, engine.method)
+    input_tokens = count_tokens(content)
+    level = determine_level(input_tokens)
+    prior = prior_summary if prior_summary and prior_summary.strip() else None
+
+    if level is SummaryLevel.NONE:
+        return _result(level, None, None, input_tokens, engine.method)
+    if level is SummaryLevel.BRIEF:
+        summary = engine.brief(content, prior, _budget(BRIEF_RATIO, input_tokens))
+        return _result(level, summary, None, input_tokens, engine.method)
+    if level is SummaryLevel.STANDARD:
+        budget = _budget(STANDARD_RATIO, input_tokens)
+        summary = engine.standard(content, prior, content_type, budget)
+        return _result(level, summary, None, input_tokens, engine.method)
+
+    chunks = chunk_text(content, config.chunk_size, config.chunk_overlap)
+    chunk_tokens = count_tokens_batch(chunks)
+
+    def summarize_chunk(index: int) -> str:
+        budget = _budget(CHUNK_RATIO, chunk_tokens[index])
+        return engine.chunk(chunks[index], index, len(chunks), budget)
+
+    l1_texts = engine.map(summarize_chunk, range(len(chunks)), config.max_concurrency)
+    l1 = [
+        ChunkSummary(
+            chunk_index=i,
+            content=text,
+            token_count=count_tokens(text),
+            source_tokens=chunk_tokens[i],
+        )
+        for i, text in enumerate(l1_texts)
+    ]
+
+    l2_texts: list[str] = []
+    if level is SummaryLevel.DETAILED:
+        budget = _budget(DETAILED_META_RATIO, input_tokens)
+        final = engine.synthesize([s.content for s in l1], prior, budget)
+    else:
+        size = max(1, config.group_size)
+        groups = [l1[start : start + size] for start in range(0, len(l1), size)]
+        for group_index, group in enumerate(groups):
+            for node in group:
+                node.parent_group = group_index
+
+        def summarize_group(group: list[ChunkSummary]) -> str:
+            budget = _budget(GROUP_RATIO, sum(node.source_tokens for node in group))
+            return engine.synthesize([node.content for node in group], None, budget)
+
+        l2_texts = engine.map(summarize_group, groups, config.max_concurrency)
+        final = engine.synthesize(l2_texts, prior, _budget(FINAL_RATIO, input_tokens))
+
+    tree = HierarchicalSummary(
+        l1_summaries=l1,
+        l2_summaries=l2_texts,
+        l3_summary=final,
+        chunk_size=config.chunk_size,
+        chunk_overlap=config.chunk_overlap,
+    )
+    return _result(level, final, tree, input_tokens, engine.method)
+
+
+def final_summary_text(result: SummaryResult) -> str | None:
+    """The text to inject into prompts: the L3 of a tree, else the single summary."""
+    if result.hierarchical is not None:
+        return result.hierarchical.l3_summary
+    return result.summary
+
+
+# --- Chunking and truncation ---------------------------------------------------------------------
+
+
+def chunk_text(text: str, chunk_size: int = 3000, overlap: int = 200) -> list[str]:
+    """Split text into chunks of at most `chunk_size` tokens on paragraph boundaries.
+
+    Paragraphs too long for a chunk are split into sentences, and sentences too long into
+    token-sized character runs (code, tables). Every chunk after the first starts with the last
+    `overlap` tokens of the previous chunk, so a fact cut by a boundary is whole in one chunk.
+    """
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be at least 1")
+    if not 0 <= overlap < chunk_size:
+        raise ValueError("overlap must be at least 0 and smaller than chunk_size")
+    if not text.strip():
+        return []
+    if count_tokens(text) <= chunk_size:
+        return [text]
+
+    unit_limit = max(1, chunk_size - overlap - _JOIN_MARGIN)
+    units = _split_units(text, unit_limit)
+    costs = count_tokens_batch([sep + piece for sep, piece in units])
+
+    chunks: list[str] = []
+    start = 0
+    while start < len(units):
+        prefix = _token_tail(chunks[-1], overlap) if chunks else ""
+        estimate = count_tokens(prefix)
+        end = start
+        while end < len(units) and (end == start or estimate + costs[end] <= chunk_size):
+            estimate += costs[end]
+            end += 1
+        # The estimate adds per-unit counts; the joined text can tokenize a little differently.
+        chunk = prefix + "".join(sep + piece for sep, piece in units[start:end])
+        while end - start > 1 and count_tokens(chunk) > chunk_size:
+            end -= 1
+            chunk = prefix + "".join(sep + piece for sep, piece in units[start:end])
+        chunks.append(chunk)
+        start = end
+    return chunks
+
+
+def middle_truncate(
+    text: str,
+    budget_chars: int,
+    head_frac: float = 0.3,
+    tail_frac: float = 0.3,
+) -> tuple[str, int]:
+    """Keep the head and the tail of `text`, drop the middle; returns (text, chars removed).
+
+    Key points cluster at the start and the end (seed 001 §4.5). The result, marker included,
+    is at most `budget_chars` long.
+    """
+    if budget_chars < 0:
+        raise ValueError("budget_chars must not be negative")
+    if head_frac < 0 or tail_frac < 0 or head_frac + tail_frac > 1:
+        raise ValueError("head_frac and tail_frac must be non-negative and sum to at most 1")
+    if len(text) <= budget_chars:
+        return text, 0
+    head_len = int(budget_chars * head_frac)
+    tail_len = int(budget_chars * tail_frac)
+    marker = _truncation_marker(len(text) - head_len - tail_len)
+    overflow = head_len + len(marker) + tail_len - budget_chars
+    if overflow > 0:
+        # Small budgets: give the marker room by shrinking head and tail in proportion.
+        kept = max(0, head_len + tail_len - overflow)
+        share = head_frac / (head_frac + tail_frac) if head_frac + tail_frac else 0.5
+        head_len = int(kept * share)
+        tail_len = kept - head_len
+        marker = _truncation_marker(len(text) - head_len - tail_len)
+        if head_len + len(marker) + tail_len > budget_chars:
+            return text[:budget_chars], len(text) - budget_chars  # no room even for a marker
+    removed = len(text) - head_len - tail_len
+    tail = text[len(text) - tail_len :] if tail_len else ""
+    return text[:head_len] + marker + tail, removed
+
+
+def _truncation_marker(removed: int) -> str:
+    return f"\n[... {removed} characters truncated ...]\n"
+
+
+def _split_units(text: str, limit: int) -> list[tuple[str, str]]:
+    """(separator, piece) pairs whose concatenation is `text`, each piece ≤ `limit` tokens."""
+    units: list[tuple[str, str]] = []
+    pending_sep = ""
+    for index, part in enumerate(_PARAGRAPH_SPLIT.split(text)):
+        if index % 2 == 1 or not part:
+            pending_sep += part
+            continue
+        for n, (sep, piece) in enumerate(_split_paragraph(part, limit)):
+            units.append((pending_sep + sep if n == 0 else sep, piece))
+            pending_sep = ""
+    if pending_sep and units:
+        sep, piece = units[-1]
+        units[-1] = (sep, piece + pending_sep)
+    return units
+
+
+def _split_paragraph(paragraph: str, limit: int) -> list[tuple[str, str]]:
+    if count_tokens(paragraph) <= limit:
+        return [("", paragraph)]
+    pieces: list[tuple[str, str]] = []
+    sep = ""
+    for index, part in enumerate(_SENTENCE_SPLIT.split(paragraph)):
+        if index % 2 == 1 or not part:
+            sep += part
+            continue
+        if count_tokens(part) <= limit:
+            pieces.append((sep, part))
+        else:
+            runs = _split_by_tokens(part, limit)
+            pieces.append((sep, runs[0]))
+            pieces.extend(("", run) for run in runs[1:])
+        sep = ""
+    if sep and pieces:
+        last_sep, last = pieces[-1]
+        pieces[-1] = (last_sep, last + sep)
+    return pieces
+
+
+def _token_tail(text: str, tokens: int) -> str:
+    """The last `tokens` tokens of `text`, cut on a character boundary."""
+    if tokens <= 0:
+        return ""
+    encoding = get_encoding()
+    if encoding is None:
+        return text[-tokens * CHARS_PER_TOKEN :]
+    ids = encoding.encode_ordinary(text)
+    if len(ids) <= tokens:
+        return text
+    decoded, offsets = encoding.decode_with_offsets(ids)
+    return decoded[offsets[len(ids) - tokens] :]
+
+
+# --- Engines: the same tree, built by an LLM or by sentence extraction ----------------------------
+
+
+class _Engine(Protocol):
+    method: Literal["llm", "extractive"]
+
+    def brief(self, content: str, prior: str | None, budget: int) -> str: ...
+
+    def standard(self, content: str, prior: str | None, content_type: str, budget: int) -> str: ...
+
+    def chunk(self, content: str, index: int, total: int, budget: int) -> str: ...
+
+    def synthesize(self, summaries: Sequence[str], prior: str | None, budget: int) -> str: ...
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]: ...
+
+
+class _LLMEngine:
+    """Every node is one LLM call; any LLM failure becomes a SummarizationError."""
+
+    method: Literal["llm", "extractive"] = "llm"
+
+    def __init__(self, config: SummarizerConfig) -> None:
+        assert config.llm is not None
+        self.llm = config.llm
+
+    def brief(self, content: str, prior: str | None, budget: int) -> str:
+        if prior is None:
+            prompt = prompts.BRIEF_PROMPT.format(content=content)
+        else:
+            prompt = prompts.ROLLING_PROMPT.format(
+                length="a single sentence", prior_summary=prior, content=content
+            )
+        return self._ask("brief summary", prompt, budget)
+
+    def standard(self, content: str, prior: str | None, content_type: str, budget: int) -> str:
+        template = prompts.prompt_for_content_type(content_type)
+        prompt = template.format(prior_context=prompts.prior_context(prior), content=content)
+        return self._ask("standard summary", prompt, budget)
+
+    def chunk(self, content: str, index: int, total: int, budget: int) -> str:
+        prompt = prompts.CHUNK_PROMPT.format(
+            chunk_index=index + 1, total_chunks=total, content=content
+        )
+        return self._ask(f"chunk {index + 1}/{total} summary", prompt, budget)
+
+    def synthesize(self, summaries: Sequence[str], prior: str | None, budget: int) -> str:
+        numbered = "\n\n".join(f"[{i + 1}] {text}" for i, text in enumerate(summaries))
+        prompt = prompts.META_PROMPT.format(
+            prior_context=prompts.prior_context(prior), summaries=numbered
+        )
+        return self._ask("synthesis", prompt, budget)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]:
+        return self.llm.map(fn, items, max_concurrency=max_concurrency)
+
+    def _ask(self, step: str, prompt: str, budget: int) -> str:
+        messages = [
+            {"role": "system", "content": prompts.SUMMARY_SYSTEM_PROMPT},
+            {"role": "user", "content": prompt},
+        ]
+        try:
+            answer = self.llm.complete(messages, max_tokens=max(MIN_MAX_TOKENS, 2 * budget))
+        except LLMError as exc:
+            raise SummarizationError(f"{step} failed: {exc}") from exc
+        return answer.strip()
+
+
+class _ExtractiveEngine:
+    """Selects the most central, least redundant sentences under each node's token budget."""
+
+    method: Literal["llm", "extractive"] = "extractive"
+
+    def brief(self, content: str, prior: str | None, budget: int) -> str:
+        return extract_sentences(_with_prior(content, prior), budget, max_sentences=1)
+
+    def standard(self, content: str, prior: str | None, content_type: str, budget: int) -> str:
+        return extract_sentences(_with_prior(content, prior), budget)
+
+    def chunk(self, content: str, index: int, total: int, budget: int) -> str:
+        return extract_sentences(content, budget)
+
+    def synthesize(self, summaries: Sequence[str], prior: str | None, budget: int) -> str:
+        return extract_sentences(_with_prior("\n".join(summaries), prior), budget)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]:
+        return [fn(item) for item in items]  # CPU-bound numpy work: threads would not help
+
+
+def _with_prior(content: str, prior: str | None) -> str:
+    """Rolling extraction: sentences of the prior summary compete with the new content's."""
+    return content if prior is None else prior + "\n" + content
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences and lines of `text`, stripped, empty ones dropped."""
+    parts = _SENTENCE_SPLIT.split(text)
+    return [part.strip() for part in parts[::2] if part and part.strip()]
+
+
+def extract_sentences(text: str, budget: int, max_sentences: int | None = None) -> str:
+    """The most central sentences of `text` that fit in `budget` tokens, in original order.
+
+    Centrality is the cosine between a sentence's TF-IDF vector and the text's centroid; a
+    penalty for similarity to already chosen sentences spreads the selection over the topics.
+    When no sentence fits, the most central one is cut to the budget.
+    """
+    sentences = split_sentences(text)
+    if not sentences:
+        return ""
+    # Speaker labels ("Gina: ...") are in every line of a chat: as words they would make
+    # "Thanks, Gina!" look central. Short pleasantries carry nothing worth keeping either.
+    stopwords = _STOPWORDS | _speaker_labels(text)
+    content_words = [
+        sum(1 for w in _WORD.findall(s.lower()) if w not in stopwords) for s in sentences
+    ]
+    substantial = [n >= MIN_CONTENT_WORDS for n in content_words]
+    if not any(substantial):
+        substantial = [True] * len(sentences)
+    lengths = count_tokens_batch(sentences)
+    vectors = _tfidf(sentences, stopwords)
+    centroid = vectors.mean(axis=0)
+    norm = float(np.linalg.norm(centroid))
+    centrality = vectors @ (centroid / norm) if norm > 0 else np.zeros(len(sentences))
+    similarity = vectors @ vectors.T
+    limit = max_sentences or len(sentences)
+
+    chosen: list[int] = []
+    used = 0
+    while len(chosen) < limit:
+        best, best_score = -1, -math.inf
+        for i in range(len(sentences)):
+            if i in chosen or used + lengths[i] > budget or not substantial[i]:
+                continue
+            if chosen and centrality[i] <= 0:
+                continue  # no content words: only worth taking when nothing else is chosen
+            redundancy = max((float(similarity[i, j]) for j in chosen), default=0.0)
+            score = float(centrality[i]) - _REDUNDANCY_PENALTY * redundancy
+            if score > best_score:
+                best, best_score = i, score
+        if best < 0:
+            break
+        chosen.append(best)
+        used += lengths[best]
+
+    if not chosen:
+        most_central = int(np.argmax(centrality))
+        return _split_by_tokens(sentences[most_central], max(1, budget))[0].strip()
+    return " ".join(sentences[i] for i in sorted(chosen))
+
+
+def _speaker_labels(text: str) -> frozenset[str]:
+    """Lower-cased words of the `Name:` labels that start lines of a transcript."""
+    words: set[str] = set()
+    for label in _SPEAKER_LABEL.findall(text):
+        words.update(label.lower().split())
+    return frozenset(words)
+
+
+def _tfidf(sentences: Sequence[str], stopwords: frozenset[str] = _STOPWORDS) -> np.ndarray:
+    """Row-normalized TF-IDF matrix (sublinear tf) over the content words of `sentences`."""
+    bags = [Counter(w for w in _WORD.findall(s.lower()) if w not in stopwords) for s in sentences]
+    vocabulary = {word: i for i, word in enumerate(sorted({w for bag in bags for w in bag}))}
+    matrix = np.zeros((len(sentences), len(vocabulary)))
+    for row, bag in enumerate(bags):
+        for word, count in bag.items():
+            matrix[row, vocabulary[word]] = 1.0 + math.log(count)
+    document_frequency = (matrix > 0).sum(axis=0)
+    matrix *= np.log((1 + len(sentences)) / (1 + document_frequency)) + 1.0
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+
+
+def _budget(ratio: float, tokens: int) -> int:
+    return max(1, round(ratio * tokens))
+
+
+def _result(
+    level: SummaryLevel,
+    summary: str | None,
+    tree: HierarchicalSummary | None,
+    input_tokens: int,
+    method: Literal["llm", "extractive"],
+) -> SummaryResult:
+    if summary is None:
+        return SummaryResult(
+            level=level,
+            summary=None,
+            input_tokens=input_tokens,
+            output_tokens=0,
+            compression_ratio=1.0,
+            method=method,
+        )
+    output_tokens = count_tokens(summary)
+    ratio = output_tokens / input_tokens if input_tokens else 1.0
+    return SummaryResult(
+        level=level,
+        summary=summary,
+        hierarchical=tree,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        compression_ratio=min(1.0, max(0.0, ratio)),
+        method=method,
+    )

@@ -1,0 +1,203 @@
+"""The summaries asset, its partitions and sensors, for real: a Dagster instance, DuckDB files
+in tmp_path, a LoCoMo conversation on the embedded defaults, the scripted LLM server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.ingest import workspace_files
+from assets.summaries import SUMMARY_ASSETS, SUMMARY_JOBS, conversation_summaries, conversations
+from memory_dag.config import Settings
+from memory_dag.definitions import defs as project_defs
+from memory_dag.eval.locomo import write_workspace
+from memory_dag.index.search import search
+from memory_dag.store.connection import fetch_dicts, open_store
+from memory_dag.summaries.conversation_summaries import final_summary
+from sensors.conversations import SUMMARY_SENSORS, conversations_sensor, summaries_indexed_sensor
+from tests.conftest import LOCOMO_DIR, write_jsonl
+from tests.dagster_layer.test_ingest_assets import age_files, resource_for
+from tests.openai_server import Reply, ScriptedOpenAIServer
+from tests.summaries.test_conversation_summaries import settings_in, write_conversation
+
+LOCOMO = LOCOMO_DIR / "26.json"
+
+
+def with_summaries(code_location: dg.Definitions) -> dg.Definitions:
+    """The project's definitions with the summaries registered (as definitions.py will be)."""
+    if code_location.get_repository_def().has_sensor_def("conversations_sensor"):
+        return code_location
+    summaries = dg.Definitions(assets=SUMMARY_ASSETS, jobs=SUMMARY_JOBS, sensors=SUMMARY_SENSORS)
+    return dg.Definitions.merge(code_location, summaries)
+
+
+defs = with_summaries(project_defs)
+
+
+def metadata_of(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, object]]:
+    return {
+        e.materialization.asset_key.to_user_string(): {
+            key: value.value for key, value in e.materialization.metadata.items()
+        }
+        for e in result.get_asset_materialization_events()
+    }
+
+
+def test_definitions_with_summaries_load() -> None:
+    dg.Definitions.validate_loadable(defs)
+    repository = defs.get_repository_def()
+    assert repository.has_sensor_def("conversations_sensor")
+    assert repository.has_sensor_def("summaries_indexed_sensor")
+    assert conversation_summaries.op.pool == "duckdb"
+    assert conversation_summaries.partitions_def == conversations
+    assert defs.resolve_job_def("summaries_job").partitions_def == conversations
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo dev data not available")
+def test_a_locomo_conversation_is_summarized_indexed_and_searchable(tmp_path: Path) -> None:
+    settings = settings_in(tmp_path)
+    write_workspace([LOCOMO], settings.workspace)
+    resources = {"memory": resource_for(settings)}
+    with dg.instance_for_test() as instance:
+        assert dg.materialize([workspace_files], resources=resources, instance=instance).success
+        instance.add_dynamic_partitions(conversations.name, ["locomo-26"])
+
+        result = dg.materialize(
+            [conversation_summaries, workspace_files],
+            selection=[conversation_summaries],
+            partition_key="locomo-26",
+            resources=resources,
+            instance=instance,
+        )
+
+        assert result.success
+        meta = metadata_of(result)["conversation_summaries"]
+        assert meta["level"] == "HIERARCHICAL" and meta["method"] == "extractive"
+        assert meta["input_tokens"] > 15000 and meta["l2_summaries"] >= 2
+        assert 0.02 <= meta["compression_ratio"] <= 0.05
+        ratio = meta["output_tokens"] / meta["input_tokens"]
+        assert meta["compression_ratio"] == pytest.approx(ratio, abs=1e-4)
+        assert {"gather_seconds", "summarize_seconds", "write_seconds"} <= set(meta)
+        [materialization] = result.get_asset_materialization_events()
+        assert materialization.partition == "locomo-26"
+
+        # The asset sensor asks for the embed + index job; running it makes summaries searchable.
+        context = dg.build_sensor_context(instance=instance, definitions=defs)
+        tick_data = summaries_indexed_sensor.evaluate_tick(context)
+        [request] = tick_data.run_requests
+        assert request.run_key == f"summary-index:{result.run_id}"
+        assert summaries_indexed_sensor.job_name == "summary_index_job"
+        context = dg.build_sensor_context(
+            instance=instance, definitions=defs, cursor=tick_data.cursor
+        )
+        assert summaries_indexed_sensor.evaluate_tick(context).run_requests == []
+        job = defs.resolve_job_def("summary_index_job")
+        assert job.execute_in_process(instance=instance, resources=resources).success
+
+    final = final_summary("locomo-26", settings)
+    assert final is not None and final.summary_level.value == "HIERARCHICAL"
+    hits = search("adoption", settings=settings, kind="summary", conversation="locomo-26")
+    assert hits and all(hit.kind == "summary" for hit in hits)
+    with open_store(settings.db_path, read_only=True) as con:
+        ids = {r["id"] for r in fetch_dicts(con, "SELECT id FROM summaries WHERE state = 'active'")}
+    assert {hit.id for hit in hits} <= ids
+
+
+def tick(instance: dg.DagsterInstance, cursor: str | None, settings: Settings) -> dg.SensorResult:
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"memory": resource_for(settings)}
+    )
+    result = conversations_sensor(context)
+    for request in result.dynamic_partitions_requests or []:  # what the daemon does with them
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def requested(result: dg.SensorResult) -> dict[str, str]:
+    return {r.partition_key: r.run_key for r in result.run_requests}
+
+
+def test_sensor_adds_partitions_and_requests_runs_after_ingest(settings: Settings) -> None:
+    workspace = Path(settings.workspace)  # conv-a and conv-b sessions, entries/trip
+    age_files(workspace)
+    ingest = [workspace_files]
+    resources = {"memory": resource_for(settings)}
+    with dg.instance_for_test() as instance:
+        first = tick(instance, None, settings)
+        [add] = first.dynamic_partitions_requests
+        assert list(add.partition_keys) == ["conv-a", "conv-b", "trip"]
+        assert first.run_requests == []  # nothing ingested yet: the store lacks the turns
+        assert "3 changed conversation(s) waiting" in first.skip_reason.skip_message
+
+        assert dg.materialize(ingest, resources=resources, instance=instance).success
+        second = tick(instance, first.cursor, settings)
+        runs = requested(second)
+        assert sorted(runs) == ["conv-a", "conv-b", "trip"]
+        assert all(key.startswith(f"summary:{c}:") for c, key in runs.items())
+        assert not second.dynamic_partitions_requests
+        assert tick(instance, second.cursor, settings).run_requests == []
+
+        # Our own exported summaries are not a change of the conversation.
+        exported = workspace / "entries" / "trip" / "summaries" / "L3" / "final.md"
+        exported.parent.mkdir(parents=True)
+        exported.write_text("---\nrole: summary\n---\nA summary.\n")
+        write_jsonl(
+            workspace / "sessions" / "conv-b" / "s9.jsonl", [{"role": "user", "content": "Tea!"}]
+        )
+        age_files(workspace)
+        third = tick(instance, second.cursor, settings)
+        assert third.run_requests == []
+        assert dg.materialize(ingest, resources=resources, instance=instance).success
+        fourth = tick(instance, third.cursor, settings)
+        assert list(requested(fourth)) == ["conv-b"]
+        assert requested(fourth)["conv-b"] != runs["conv-b"]
+
+        # After a cursor reset the same versions give the same run keys: Dagster dedupes them.
+        assert dg.materialize(ingest, resources=resources, instance=instance).success
+        reset = tick(instance, None, settings)
+        assert reset.run_requests == []
+        assert dg.materialize(ingest, resources=resources, instance=instance).success
+        again = requested(tick(instance, reset.cursor, settings))
+        assert again == {**runs, "conv-b": requested(fourth)["conv-b"]}
+        assert set(instance.get_dynamic_partitions(conversations.name)) == set(runs)
+
+
+def test_requested_partition_materializes_and_a_failure_keeps_the_summary(
+    tmp_path: Path, openai_server: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = settings_in(tmp_path)
+    write_conversation(settings.workspace, "c1", 1500)
+    resources = {"memory": resource_for(settings)}
+    with dg.instance_for_test() as instance:
+        assert dg.materialize([workspace_files], resources=resources, instance=instance).success
+        instance.add_dynamic_partitions(conversations.name, ["c1"])
+        job = defs.resolve_job_def("summaries_job")
+
+        first = job.execute_in_process(instance=instance, resources=resources, partition_key="c1")
+        assert metadata_of(first)["conversation_summaries"]["level"] == "STANDARD"
+        before = final_summary("c1", settings)
+
+        # Now with an LLM that refuses: the run fails, the failure is recorded, the summary stays.
+        monkeypatch.setenv("MEMORY_DAG_LLM_BASE_URL", openai_server.base_url)
+        monkeypatch.setenv("MEMORY_DAG_LLM_MODEL", "m")
+        openai_server.push(Reply.status(400))
+        failed = job.execute_in_process(
+            instance=instance,
+            resources=resources,
+            partition_key="c1",
+            run_config={"ops": {"conversation_summaries": {"config": {"force": True}}}},
+            raise_on_error=False,
+        )
+
+        assert not failed.success
+        [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert "SummarizationError" in str(failure.event_specific_data.error)
+    assert final_summary("c1", settings) == before
+    with open_store(settings.db_path, read_only=True) as con:
+        events = con.execute("SELECT status, detail FROM events ORDER BY ts").fetchall()
+    assert [status for status, _ in events] == ["ok", "error"]
+    assert "HTTP 400" in events[1][1]
+    assert json.loads(json.dumps(openai_server.chat_requests[0]["body"]))["model"] == "m"

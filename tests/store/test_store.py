@@ -1,0 +1,103 @@
+"""The store file: forward migrations on open, bounded waiting on DuckDB's single-writer lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from memory_dag.store.connection import (
+    StoreLockedError,
+    connect,
+    open_store,
+    schema_version,
+    set_meta,
+)
+from memory_dag.store.schema import SCHEMA_VERSION
+
+HOLD_LOCK = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+con.execute("CREATE TABLE IF NOT EXISTS held (x INTEGER)")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+con.close()
+"""
+
+
+def hold_lock(path: Path, seconds: float) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(path), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "locked"
+    return process
+
+
+def test_new_store_is_migrated_to_the_latest_schema(tmp_path: Path) -> None:
+    with open_store(tmp_path / "m.duckdb") as con:
+        assert schema_version(con) == SCHEMA_VERSION
+        tables = {
+            r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        }
+    assert {"files", "chunks", "memories", "embedding_cache", "ingest_errors", "episodes"} <= tables
+
+
+def test_reopening_keeps_data_and_does_not_migrate_again(tmp_path: Path) -> None:
+    path = tmp_path / "m.duckdb"
+    with open_store(path) as con:
+        con.execute("INSERT INTO ingest_errors VALUES ('a.md', 1, 'bad', NULL, now())")
+    with open_store(path) as con:
+        assert con.execute("SELECT count(*) FROM ingest_errors").fetchone()[0] == 1
+
+
+def test_store_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "m.duckdb"
+    with open_store(path) as con:
+        set_meta(con, "schema_version", str(SCHEMA_VERSION + 1))
+    with pytest.raises(RuntimeError, match="newer"):
+        connect(path)
+
+
+def test_read_only_open_of_a_missing_store_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="memory-dag ingest"):
+        connect(tmp_path / "nothing.duckdb", read_only=True)
+
+
+def test_open_waits_for_another_writer_to_finish(tmp_path: Path) -> None:
+    path = tmp_path / "m.duckdb"
+    with open_store(path):
+        pass
+    holder = hold_lock(path, 1.5)
+    started = time.monotonic()
+    with open_store(path, lock_timeout=30) as con:
+        waited = time.monotonic() - started
+        assert con.execute("SELECT count(*) FROM files").fetchone()[0] == 0
+    holder.wait()
+    assert waited > 0.5  # it really was blocked, and got in once the lock was free
+
+
+def test_open_gives_up_with_a_clear_error_after_the_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "m.duckdb"
+    holder = hold_lock(path, 5)
+    try:
+        with pytest.raises(StoreLockedError, match="locked by another process"):
+            connect(path, lock_timeout=0.5)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_non_lock_errors_are_not_retried(tmp_path: Path) -> None:
+    not_a_db = tmp_path / "junk.duckdb"
+    not_a_db.write_bytes(b"this is not a duckdb file at all" * 200)
+    started = time.monotonic()
+    with pytest.raises(duckdb.Error):
+        connect(not_a_db, lock_timeout=30)
+    assert time.monotonic() - started < 5
