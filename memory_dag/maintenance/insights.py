@@ -20,6 +20,7 @@ from memory_dag.maintenance.common import DEFAULT_CONFIG, MaintenanceConfig
 from memory_dag.memories.prompts import MAX_FACT_CHARS
 from memory_dag.memories.writer import NewMemory
 from memory_dag.reports import StageReport
+from memory_dag.scope import OWNER_SQL, owner_of
 from memory_dag.store.connection import fetch_dicts, open_store
 
 INSIGHT_CATEGORY = "relationship_dynamic"
@@ -86,7 +87,7 @@ def insights(
             new_facts = common.rows_by_scope(
                 fetch_dicts(
                     con,
-                    f"SELECT id, content, {common.SCOPE_SQL} AS scope, created_at FROM facts "
+                    f"SELECT id, content, {OWNER_SQL} AS scope, created_at FROM facts "
                     "WHERE created_at > ? AND created_at <= ? ORDER BY created_at DESC, id",
                     [since, now],
                 )
@@ -119,7 +120,7 @@ def insights(
         created = 0
         with common.maintenance_writer(settings) as writer:
             for scope, found in results.items():
-                user_id, conversation_id = common.scope_owner(scope)
+                user_id, conversation_id = owner_of(scope)
                 source_ids = [f["id"] for f in new_facts[scope][:3]]
                 for text, tags in found:
                     writer.add(
@@ -151,7 +152,7 @@ def insights(
                     common.ACTOR,
                     "insights",
                     "error",
-                    conversation_id=common.scope_owner(scope)[1],
+                    conversation_id=owner_of(scope)[1],
                     detail=error,
                     meta={"scope": scope},
                 )
@@ -170,14 +171,14 @@ def _insight_inputs(con: Any, scope: str, new_facts: list[dict[str, Any]]) -> st
     """Seed 003 §3 input: <= 5 activity items, <= 3 new facts, <= 1,000 chars of conversation."""
     exclude = [f["id"] for f in new_facts]
     activity = con.execute(
-        f"SELECT content FROM memories WHERE {common.ACTIVE_SQL} AND {common.SCOPE_SQL} = ? "
+        f"SELECT content FROM memories WHERE {common.ACTIVE_SQL} AND {OWNER_SQL} = ? "
         "AND kind IN ('fact', 'summary', 'reflection') AND id NOT IN (SELECT unnest(?::TEXT[])) "
         "ORDER BY created_at DESC, id LIMIT 5",
         [scope, exclude],
     ).fetchall()
     turns = con.execute(
         f"SELECT coalesce(speaker, source_role, '?'), content FROM memories "
-        f"WHERE kind = 'episode' AND {common.ACTIVE_SQL} AND {common.SCOPE_SQL} = ? "
+        f"WHERE kind = 'episode' AND {common.ACTIVE_SQL} AND {OWNER_SQL} = ? "
         "ORDER BY coalesce(event_time, created_at) DESC, line DESC LIMIT 20",
         [scope],
     ).fetchall()

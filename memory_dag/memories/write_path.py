@@ -68,6 +68,7 @@ from memory_dag.memories.sessions import (
 )
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
 from memory_dag.reports import StageReport
+from memory_dag.scope import known_category, owner_key
 from memory_dag.store.connection import fetch_dicts, open_store
 
 ACTOR = "write_path"
@@ -118,6 +119,8 @@ class UserTurn:
     role: str
     content: str
     event_time: datetime | None
+    #: The user the turn's facts belong to (a transcript line's `user_id`); None: shared.
+    user_id: str | None = None
 
     @property
     def key(self) -> str:
@@ -139,7 +142,7 @@ def _pending_turns(con: Any, sessions: list[Session]) -> dict[str, list[UserTurn
         examined.update(json.loads(meta).get("turns", []))
     rows = con.execute(
         "SELECT id, turn_id, path, conversation_id, session_id, speaker, source_role, content, "
-        "event_time FROM memories WHERE kind = 'episode' AND source_role = 'user' "
+        "event_time, user_id FROM memories WHERE kind = 'episode' AND source_role = 'user' "
         "AND path IN (SELECT unnest(?::TEXT[])) ORDER BY path, line",
         [paths],
     ).fetchall()
@@ -214,7 +217,7 @@ class _SessionWriter:
                 detail=str(error),
                 meta={"kind": error.kind, "path": turn.path, "turn_id": turn.turn_id},
             )
-        facts = self.writer.facts(turn.conversation_id)
+        facts = self.writer.facts(owner_key(turn.user_id, turn.conversation_id))
         fresh = select_for_write(candidates, facts.texts)
         self._count("facts_unchanged", len(candidates) - len(fresh))
         if not fresh:
@@ -305,10 +308,11 @@ def fact_memory(turn: UserTurn, text: str, candidate: FactCandidate | None) -> N
         session_id=turn.session_id,
         speaker=turn.speaker,
         source_role=turn.role,
-        category=category,
+        category=known_category(category),
         importance=importance,
         event_time=turn.event_time,
         source_ids=[turn.episode_id],
+        user_id=turn.user_id,
         decay_rate=FACT_DECAY_RATE,
     )
 

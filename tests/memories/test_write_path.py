@@ -14,6 +14,7 @@ from memory_dag.config import Settings
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT
 from memory_dag.memories.sessions import scan_sessions, sessions_fingerprint
 from memory_dag.memories.write_path import WriteReport, run_all
+from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
 from tests.conftest import write_jsonl
 from tests.openai_server import Reply, ScriptedOpenAIServer
@@ -316,8 +317,13 @@ def test_related_facts_are_linked_within_their_conversation(tmp_path: Path) -> N
         "Sam's wife is named Anne.",
         "Sam enjoys long hikes in the Alps.",
     ]
-    ids = [remember(settings, t, conversation_id="a", refresh=False).memory_id for t in texts]
-    remember(settings, texts[0], conversation_id="b", refresh=False)  # same text, other people
+    ids = [
+        remember(settings, t, scope=Scope.of(conversation_id="a"), refresh=False).memory_id
+        for t in texts
+    ]
+    remember(
+        settings, texts[0], scope=Scope.of(conversation_id="b"), refresh=False
+    )  # same text, other people
 
     edges = rows(settings, "SELECT from_id, to_id, relation_type, strength FROM relations")
     vectors = get_provider(settings).embed(texts)

@@ -15,6 +15,7 @@ from memory_dag.ingest.tokens import count_tokens
 from memory_dag.pipeline import run_all
 from memory_dag.read.context_block import build_context, injection_hook
 from memory_dag.read.retriever import RetrievalConfig
+from memory_dag.scope import Scope
 from memory_dag.store.connection import open_store
 from memory_dag.summaries.conversation_summaries import final_id
 from tests.conftest import write_jsonl
@@ -86,8 +87,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return settings
 
 
-def block(store: Settings, message: str = "What does Dana drink in the morning?", **options):
-    return build_context(message, "conv-a", settings=store, config=QUIET, now=NOW, **options)
+def block(
+    store: Settings,
+    message: str = "What does Dana drink in the morning?",
+    agent: str | None = None,
+    **options,
+):
+    scope = Scope.of(conversation_id="conv-a", agent=agent)
+    return build_context(message, scope, settings=store, config=QUIET, now=NOW, **options)
 
 
 def test_the_block_has_every_section_in_order(store: Settings) -> None:
