@@ -82,10 +82,11 @@ def timed(report: StageReport) -> Iterator[StageReport]:
 
 
 @contextmanager
-def maintenance_writer(settings: Settings) -> Iterator[MemoryWriter]:
-    """A short connection with one writer transaction (all or nothing)."""
+def maintenance_writer(settings: Settings, now: datetime | None = None) -> Iterator[MemoryWriter]:
+    """A short connection with one writer transaction (all or nothing), stamping rows at the
+    job's clock `now`."""
     with open_store(settings.db_path) as con:
-        writer = MemoryWriter(con, get_provider(settings), actor=ACTOR)
+        writer = MemoryWriter(con, get_provider(settings), actor=ACTOR, now=now)
         with writer.transaction():
             yield writer
 

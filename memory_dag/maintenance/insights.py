@@ -17,7 +17,7 @@ from memory_dag.config import Settings
 from memory_dag.llm import LLMError
 from memory_dag.maintenance import common
 from memory_dag.maintenance.common import DEFAULT_CONFIG, MaintenanceConfig
-from memory_dag.memories.prompts import MAX_FACT_CHARS
+from memory_dag.memories.facts import validate_fact
 from memory_dag.memories.writer import NewMemory
 from memory_dag.reports import StageReport
 from memory_dag.scope import OWNER_SQL, owner_of
@@ -58,11 +58,12 @@ class InsightAnswer(BaseModel):
 
 
 def insight_texts(answer: InsightAnswer) -> list[tuple[str, list[str]]]:
-    """The valid insights of an answer: non-empty, at most 280 characters, at most 3."""
+    """The valid insights of an answer (seed 003 §9's writing rules: third person, no pronoun
+    without a referent, at most 280 characters), at most 3."""
     kept = []
     for item in answer.insights:
-        text = " ".join(item.summary.split())
-        if text and len(text) <= MAX_FACT_CHARS:
+        text = validate_fact(item.summary)
+        if text is not None:
             kept.append((text, [t.strip().lower() for t in item.tags if t.strip()]))
     return kept[:3]
 
@@ -118,7 +119,7 @@ def insights(
             except LLMError as error:
                 failed[scope] = str(error)
         created = 0
-        with common.maintenance_writer(settings) as writer:
+        with common.maintenance_writer(settings, common.aware(now)) as writer:
             for scope, found in results.items():
                 user_id, conversation_id = owner_of(scope)
                 source_ids = [f["id"] for f in new_facts[scope][:3]]

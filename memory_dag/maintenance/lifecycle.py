@@ -28,7 +28,7 @@ def lifecycle(
         today = common.day_start(
             now
         )  # cutoffs move once a day: a second run the same day is a no-op
-        with common.maintenance_writer(settings) as writer:
+        with common.maintenance_writer(settings, common.aware(now)) as writer:
             con = writer.con
             purged = _purge(writer, today)
             expired = fetch_dicts(

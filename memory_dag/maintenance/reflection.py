@@ -145,7 +145,7 @@ def reflection(
                 )
             )
         if drafts:
-            with common.maintenance_writer(settings) as writer:
+            with common.maintenance_writer(settings, common.aware(now)) as writer:
                 ids = [writer.add(draft, meta={"job": "reflection"}) for draft in drafts]
             report.preview = [
                 {"id": i, "content": d.content} for i, d in zip(ids, drafts, strict=True)

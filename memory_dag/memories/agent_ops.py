@@ -24,7 +24,7 @@ from typing import Any
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
 from memory_dag.index.build import refresh_search_index
-from memory_dag.memories.facts import classify_fact, validate_fact
+from memory_dag.memories.facts import classify_fact, fact_problem
 from memory_dag.memories.reconcile import is_near_duplicate, normalise_text
 from memory_dag.memories.writer import MemoryOpError, MemoryWriter, NewMemory
 from memory_dag.scope import Scope, check_category, known_category, owner_key
@@ -100,12 +100,13 @@ def _finish(
 
 
 def _fact_text(text: str) -> str:
-    cleaned = validate_fact(text)
-    if cleaned is None:
+    problem = fact_problem(text)
+    if problem is not None:
         raise MemoryOpError(
-            "a memory is 1-2 sentences of at most 280 characters, and not empty (seed 003 §9)"
+            f"not a valid memory: {problem}; a memory is 1-2 third-person sentences of at most "
+            "280 characters with no pronoun left without its referent (seed 003 §9)"
         )
-    return cleaned
+    return " ".join(text.split())
 
 
 def remember(

@@ -125,3 +125,29 @@ def memory_history(
     for event in events:
         event["meta"] = json.loads(event["meta"]) if event["meta"] else {}
     return {"memory": rows[0], "history": events}
+
+
+#: Transcript turns that say what a newer statement contradicted, replaced or asked to forget:
+#: the source episodes of facts soft-deleted by DELETE or UPDATE (never by decay, TTL or a
+#: merge, which keep or fade the information without contradicting it), with their successor.
+_SUPERSEDED_SQL = """
+    SELECT DISTINCT unnest(m.source_ids) AS episode, coalesce(m.replaced_by, h.new_ref) AS by
+    FROM memories m JOIN history h ON h.memory_id = m.id AND h.event IN ('DELETE', 'UPDATE')
+    WHERE m.kind = 'fact' AND (m.valid_until IS NOT NULL OR m.state <> 'active')
+"""
+
+
+def superseded_turns(con: Any, conversation_id: str | None = None) -> dict[str, str | None]:
+    """episode id -> the memory that superseded what the turn said (None: forgotten, or the
+    contradicting fact is not known), for turns a newer statement overruled. Read on an open
+    connection; restricted to one conversation when given."""
+    query = (
+        f"SELECT s.episode, s.by FROM ({_SUPERSEDED_SQL}) s "
+        "JOIN memories e ON e.id = s.episode AND e.kind = 'episode'"
+    )
+    params: list[Any] = []
+    if conversation_id is not None:
+        query += " WHERE e.conversation_id = ?"
+        params.append(conversation_id)
+    rows = con.execute(query + " ORDER BY 1, 2 NULLS FIRST", params).fetchall()
+    return dict(rows)

@@ -218,7 +218,7 @@ def _always_shown(
         message, top_k=ALWAYS_LIMIT, filters=replace(filters, category=always), threshold=0.0,
         now=now,
     )  # fmt: skip
-    return [_candidate_line(c) for c in result.items]
+    return [_candidate_line(c) for c in result.items if not c.superseded]
 
 
 def _memory_lines(
@@ -228,6 +228,8 @@ def _memory_lines(
     lines = list(always)
     shown: dict[str, int] = {}
     for candidate in result.items:
+        if candidate.superseded:
+            continue  # what a newer statement overruled is not current: never shown as such
         line = _candidate_line(candidate)
         name = candidate.hit.category or categories.uncategorized or ""
         limit = _rag_length(categories, name)

@@ -80,6 +80,9 @@ class MemoryBullet(BaseModel):
 
 class MemoryFull(MemoryBullet):
     kind: str
+    #: A transcript turn a newer statement superseded, and what superseded it (when known).
+    superseded: bool = False
+    superseded_by: str | None = None
     score: float
     relevance: float
     source: str
@@ -213,12 +216,15 @@ def _render(
     category = hit.category or uncategorized
     if mode == "bullets":
         line = " ".join(candidate.text.split())
-        return MemoryBullet(id=hit.id, category=category, text=f"[{category}] {line}")
+        label = f"{category}, superseded" if candidate.superseded else category
+        return MemoryBullet(id=hit.id, category=category, text=f"[{label}] {line}")
     return MemoryFull(
         id=hit.id,
         category=category,
         text=candidate.text,
         kind=hit.kind,
+        superseded=candidate.superseded,
+        superseded_by=candidate.superseded_by,
         score=round(candidate.score, 6),
         relevance=round(candidate.relevance, 6),
         source=hit.source,

@@ -4,7 +4,9 @@ Input (seed 001 §2.4, seed 000 §4.4): every turn of the conversation rendered 
 under a dated header per session (transcript episodes, then `entries/<id>/turns/` notes), the
 conversation's shared facts recorded since the last summary (a user's own facts are that
 user's, not the conversation's: `memory_dag/scope.py`), and the previous L3 as the rolling
-prior.
+prior. A turn whose statement a newer one superseded (`lookups.superseded_turns`) is marked
+`[superseded]`: an LLM reads it as history, and the extractive summarizer never quotes it as
+if it were current.
 
 Provenance: every summary row has `source_ids`, what it summarises, so it leads back to its
 sources in SQL like a fact does: an L1 (or a BRIEF/STANDARD L3) names the episodes, facts and
@@ -47,9 +49,11 @@ from pydantic import BaseModel
 from memory_dag.config import Settings
 from memory_dag.ingest.sources import Turn, render_turn
 from memory_dag.ingest.tokens import count_tokens
+from memory_dag.memories.lookups import superseded_turns
 from memory_dag.scope import read_as
 from memory_dag.store.connection import fetch_dicts, insert_arrow, open_store, to_json
 from memory_dag.summaries.summarizer import (
+    SUPERSEDED_MARK,
     SummarizationError,
     SummarizerConfig,
     SummaryLevel,
@@ -240,11 +244,12 @@ def gather_input(
         [conversation_id, conversation_id],
     )
 
+    superseded = superseded_turns(con, conversation_id)
     built = _Content()
     for number, rows in enumerate(_ordered_sessions(sessions)):
         built.add(("\n\n" if number else "") + _session_header(rows))
         for row in rows:
-            built.add("\n")
+            built.add("\n" + (SUPERSEDED_MARK if row["id"] in superseded else ""))
             built.add(render_turn(_turn(row)), row["id"])
     if entry_turns:
         built.add(("\n\n" if sessions else "") + "[conversation entries]")

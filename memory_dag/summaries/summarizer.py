@@ -80,6 +80,9 @@ _ANAPHOR_START = re.compile(
     re.IGNORECASE,
 )
 _LIST_MARKER = re.compile(r"^[-*•]\s+")
+#: Starts the line of a turn whose statement a newer one superseded: history, never quoted by
+#: the extractive summarizer as if it still held (an LLM is told what the mark means).
+SUPERSEDED_MARK = "[superseded] "
 #: How strongly the extractive selection avoids sentences similar to ones already chosen.
 _REDUNDANCY_PENALTY = 0.5
 
@@ -483,20 +486,27 @@ def split_sentences(text: str) -> list[str]:
 def extraction_units(text: str) -> list[str]:
     """The sentences of `text` an extractive summary chooses from.
 
-    Headers and label lines are left out; list markers are dropped; a sentence that starts
+    Headers, label lines and superseded turns are left out; list markers are dropped; a later
+    sentence of a turn keeps its speaker's label ("Sam: ..."); a sentence that starts
     with a pronoun pointing back ("This", "It", "He", ...) is joined to the sentence before it,
     so it is never shown without what it refers to (and is left out when nothing precedes it).
     """
     units: list[str] = []
-    for sentence in split_sentences(text):
-        if _STRUCTURE_LINE.search(sentence):
+    for line in text.split("\n"):
+        if line.startswith(SUPERSEDED_MARK):
             continue
-        sentence = _LIST_MARKER.sub("", sentence)
-        if _ANAPHOR_START.match(sentence):
-            if units:
-                units[-1] = f"{units[-1]} {sentence}"
-            continue
-        units.append(sentence)
+        label = _SPEAKER_LABEL.match(line)
+        for number, sentence in enumerate(split_sentences(line)):
+            if _STRUCTURE_LINE.search(sentence):
+                continue
+            sentence = _LIST_MARKER.sub("", sentence)
+            if _ANAPHOR_START.match(sentence):
+                if units:
+                    units[-1] = f"{units[-1]} {sentence}"
+                continue
+            if number and label:  # a later sentence of a turn keeps who said it
+                sentence = f"{label.group(1)}: {sentence}"
+            units.append(sentence)
     return units
 
 
