@@ -195,11 +195,11 @@ def test_remember_of_the_same_text_by_two_users_stores_two_memories(tmp_path: Pa
         workspace=tmp_path / "ws", db_path=tmp_path / "m.duckdb", index_dir=tmp_path / "ix"
     )
     (tmp_path / "ws").mkdir()
-    first = remember(settings, "I like pizza", scope=alice(), refresh=False)
-    second = remember(settings, "I like pizza", scope=bob(), refresh=False)
-    again = remember(settings, "I like pizza.", scope=alice(), refresh=False)
+    first = remember(settings, "The user likes pizza", scope=alice(), refresh=False)
+    second = remember(settings, "The user likes pizza", scope=bob(), refresh=False)
+    again = remember(settings, "the user likes pizza.", scope=alice(), refresh=False)
     elsewhere = remember(
-        settings, "I like pizza", scope=Scope.of(user_id="alice", conversation_id="other"),
+        settings, "The user likes pizza", scope=Scope.of(user_id="alice", conversation_id="other"),
         refresh=False,
     )  # fmt: skip
 

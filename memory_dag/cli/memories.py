@@ -1,9 +1,10 @@
 """CLI commands over the agent-facing memory operations and the write path.
 
-`remember`, `correct`, `confirm`, `forget`, `restore`, `stats`, `entity`, `history`, `changes`
-and `consolidate`: each calls the library function of the same name in `memory_dag.memories` or
-`write_path`, so the CLI, an agent and the Dagster assets share one code path. Writes publish the
-search index before returning, so the next `memory-dag search` sees them. Each acts for the
+`remember`, `correct`, `confirm`, `forget`, `restore`, `stats`, `entity`, `history`, `changes`,
+`consent list|accept|reject` and `consolidate`: each calls the library function of the same
+name in `memory_dag.memories` or `write_path`, so the CLI, an agent and the Dagster assets
+share one code path. Writes publish the search index before returning, so the next
+`memory-dag search` sees them. Each acts for the
 scope of `--user`, `--agent`, `--conversation`, `--session` (`memory_dag/scope.py`); a refused
 request exits with status 2, an impossible operation with 1.
 """
@@ -21,7 +22,7 @@ from memory_dag.cli.common import (
     scope_from_args,
     settings_from_args,
 )
-from memory_dag.memories import agent_ops, change_log, lookups
+from memory_dag.memories import agent_ops, change_log, consent, lookups
 from memory_dag.memories.writer import MemoryOpError
 
 
@@ -38,7 +39,11 @@ def _operate(args: argparse.Namespace, action: Any) -> int:
         print(f"memory-dag: {error}", file=sys.stderr)
         return 1
     if args.json:
-        print_json(result.to_dict() if hasattr(result, "to_dict") else result)
+        items = result if isinstance(result, list) else None
+        if items is not None:
+            print_json([r.to_dict() if hasattr(r, "to_dict") else r for r in items])
+        else:
+            print_json(result.to_dict() if hasattr(result, "to_dict") else result)
     else:
         print(args.render(result))
     return 0
@@ -117,6 +122,23 @@ def _changes_text(delta: change_log.Delta) -> str:
     revisions = ", ".join(f"{c or '(none)'}: rev {r}" for c, r in sorted(delta.revisions.items()))
     header = delta.header or f"No memory updates since rev {delta.since}."
     return f"{header}\n({len(delta.changes)} changes; current {revisions or 'rev 0'})"
+
+
+def _proposal_line(proposal: consent.Proposal) -> str:
+    change = proposal.proposed_text or "(remove)"
+    line = (
+        f"{proposal.id} {proposal.status} {proposal.field} ({proposal.sensitivity}): "
+        f"{proposal.current_text} -> {change}"
+    )
+    if proposal.status == "pending":
+        line += f"  [{proposal.signals} signal(s), expires {proposal.expires_at:%Y-%m-%d}]"
+    elif proposal.result_id:
+        line += f"  [now {proposal.result_id}]"
+    return line
+
+
+def _proposals_text(proposals: list[consent.Proposal]) -> str:
+    return "\n".join(_proposal_line(p) for p in proposals) or "no proposals waiting for consent"
 
 
 def _reports_text(reports: list[Any]) -> str:
@@ -237,6 +259,35 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     changes.add_argument("--since", type=int, default=0, help="revision already seen")
     changes.add_argument("--conversation", help="default: every conversation")
+
+    proposals = commands.add_parser(
+        "consent", help="changes to sensitive user fields waiting for consent (seed 003 §10)"
+    )
+    actions = proposals.add_subparsers(dest="consent_command", required=True)
+    listing = actions.add_parser("list", parents=[common], help="proposed changes")
+    listing.add_argument("--all", action="store_true", help="decided and expired ones too")
+    add_scope_flags(listing)
+    listing.set_defaults(
+        func=lambda args: _run(
+            args,
+            lambda s: consent.list_proposals(
+                s, scope=scope_from_args(args), status=None if args.all else "pending"
+            ),
+        ),
+        render=_proposals_text,
+    )
+    for name, decision in (("accept", consent.accept), ("reject", consent.reject)):
+        decide = actions.add_parser(
+            name, parents=[common], help=f"{name} a proposed change (recorded in history)"
+        )
+        decide.add_argument("proposal_id")
+        add_scope_flags(decide)
+        decide.set_defaults(
+            func=lambda args, decision=decision: _run(
+                args, lambda s: decision(s, args.proposal_id, scope=scope_from_args(args))
+            ),
+            render=_proposal_line,
+        )
 
     consolidate = commands.add_parser(
         "consolidate",

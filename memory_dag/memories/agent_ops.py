@@ -54,10 +54,10 @@ class WriteResult:
 
 
 @contextmanager
-def _writer(
+def scoped_writer(
     settings: Settings, actor: str, scope: Scope, now: datetime | None
 ) -> Iterator[MemoryWriter]:
-    """One transaction of a writer on the store, after the scoped-store check."""
+    """One transaction of a writer on the store, after the scoped-store check (`ScopeRequired`)."""
     with open_store(settings.db_path) as con:
         scope.check_connection(con)
         writer = MemoryWriter(con, get_provider(settings), actor=actor, now=now)
@@ -141,7 +141,7 @@ def remember(
         {"id": "the new memory", "kind": "fact", "category": chosen, "user_id": scope.user_id,
          "conversation_id": scope.conversation_id}
     )  # fmt: skip
-    with _writer(settings, actor, scope, now) as writer:
+    with scoped_writer(settings, actor, scope, now) as writer:
         facts = writer.facts(owner)
         key = normalise_text(content)
         for memory_id, existing in zip(facts.ids, facts.texts, strict=True):
@@ -178,7 +178,7 @@ def correct(
     soft-deleted with `replaced_by`, the new one `supersedes` it and keeps its scope and sources."""
     scope = scope or Scope()
     content = _fact_text(text)
-    with _writer(settings, actor, scope, now) as writer:
+    with scoped_writer(settings, actor, scope, now) as writer:
         old = _target(writer, memory_id, scope)
         if old["kind"] == "episode":
             raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
@@ -216,7 +216,7 @@ def confirm(
 ) -> WriteResult:
     """Protect a memory: it no longer decays (decay_rate 0) and is fully trusted (confidence 1)."""
     scope = scope or Scope()
-    with _writer(settings, actor, scope, now) as writer:
+    with scoped_writer(settings, actor, scope, now) as writer:
         _target(writer, memory_id, scope)
         writer.confirm(memory_id, meta={"op": "confirm"})
         conversation = writer.get(memory_id)["conversation_id"]
@@ -235,7 +235,7 @@ def forget(
 ) -> WriteResult:
     """Soft-delete a memory; it is purged `FORGET_PURGE_DAYS` later unless restored."""
     scope = scope or Scope()
-    with _writer(settings, actor, scope, now) as writer:
+    with scoped_writer(settings, actor, scope, now) as writer:
         row = _target(writer, memory_id, scope)
         if row["kind"] == "episode":
             raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
@@ -260,7 +260,7 @@ def restore(
     """Bring back a soft-deleted memory (forgotten, contradicted or expired); it counts as an
     access at `now`."""
     scope = scope or Scope()
-    with _writer(settings, actor, scope, now) as writer:
+    with scoped_writer(settings, actor, scope, now) as writer:
         _target(writer, memory_id, scope, active=False)
         writer.restore(memory_id, meta={"op": "restore"})
         conversation = writer.get(memory_id)["conversation_id"]
