@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memory_dag.cli.main import main
 from memory_dag.config import Settings
 from memory_dag.index.search import search
 from memory_dag.maintenance.procedures import remember_procedure
@@ -281,3 +282,34 @@ def test_without_a_conversation_a_user_reads_only_own_memories() -> None:
     assert scope.allows({"kind": "fact", "user_id": "alice", "conversation_id": "x"})
     assert not scope.allows({"kind": "fact", "user_id": None, "conversation_id": "x"})
     assert not scope.allows({"kind": "episode", "user_id": "alice", "conversation_id": "x"})
+
+
+# --- the command line acts for --user / --agent -----------------------------------------------
+
+
+def test_the_cli_refuses_a_scoped_store_without_a_user_and_serves_one_with_it(
+    shared, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings, _ = shared
+    where = ["--db", str(settings.db_path), "--index-dir", str(settings.index_dir)]
+    refused = [
+        ["context", "what should we plan?", "--conversation", "demo"],
+        ["search", "tea"],
+        ["changes", "--conversation", "demo"],
+        ["export", str(tmp_path / "out")],
+        ["query", "--agent", "supervisor", "tea"],
+        ["remember", "Somebody likes tea.", "--conversation", "demo"],
+    ]
+    for command in refused:
+        assert main([*command, *where]) == 2, command
+        assert "rejected" in capsys.readouterr().err
+
+    assert main(["context", "plan", "--conversation", "demo", "--user", "alice", *where]) == 0
+    out = capsys.readouterr().out
+    assert "Alice" in out and "Bob" not in out
+    assert main(["changes", "--conversation", "demo", "--user", "bob", *where]) == 0
+    out = capsys.readouterr().out
+    assert "Bob" in out and "Alice" not in out
+    unknown = ["remember", "Bob keeps a vault code.", "--user", "bob", "--category", "topsecret"]
+    assert main([*unknown, *where]) == 2
+    assert "known categories" in capsys.readouterr().err

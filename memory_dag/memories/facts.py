@@ -32,7 +32,12 @@ from dataclasses import dataclass
 
 from memory_dag.llm import LLMClient, LLMError
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT, MAX_FACT_CHARS, FactList
-from memory_dag.memories.reconcile import dedup_batch, is_near_duplicate, normalise_text
+from memory_dag.memories.reconcile import (
+    dedup_batch,
+    is_near_duplicate,
+    normalise_text,
+    relate,
+)
 
 #: Seed 003 §13: at most this many facts are written per turn.
 MAX_FACTS_PER_TURN = 3
@@ -288,6 +293,12 @@ def extract_facts_llm(
 # --------------------------------------------------------------------------- write cap
 
 
+def _repeats(text: str, stored: list[str]) -> bool:
+    """A near-duplicate (Jaccard >= 0.75) of a stored fact that does not change it."""
+    similar = [other for other in stored if is_near_duplicate(text, [other])]
+    return any(relate(text, other, None)[0] not in ("updates", "contradicts") for other in similar)
+
+
 def select_for_write(
     candidates: list[FactCandidate],
     existing_texts: Iterable[str] = (),
@@ -296,15 +307,18 @@ def select_for_write(
     """The candidates worth writing: no batch duplicates, none already stored, top `limit`.
 
     The two-level dedup of seed 004 (exact within the batch, Jaccard >= 0.75 against stored
-    facts) runs before the cap, so a duplicate never takes the place of a new fact. The most
-    important candidates win; ties and the output keep the order they were said in.
+    facts) runs before the cap, so a duplicate never takes the place of a new fact. A candidate
+    that changes a stored fact it resembles (a refinement, a new value, a contradiction: "loves
+    pepperoni pizza" after "loves pizza") is kept for reconciliation, not dropped as a
+    duplicate. The most important candidates win; ties and the output keep the order they were
+    said in.
     """
     stored = list(existing_texts)
     seen: set[str] = set()
     fresh: list[tuple[int, FactCandidate]] = []
     for position, candidate in enumerate(candidates):
         key = normalise_text(candidate.text)
-        if key in seen or is_near_duplicate(candidate.text, stored):
+        if key in seen or _repeats(candidate.text, stored):
             continue
         seen.add(key)
         fresh.append((position, candidate))

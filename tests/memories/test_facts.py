@@ -254,6 +254,16 @@ def candidate(text: str, importance: int) -> FactCandidate:
     return FactCandidate(text, "t", None, None, importance)
 
 
+def test_select_for_write_keeps_a_near_duplicate_that_changes_the_stored_fact() -> None:
+    """A refinement resembles what it refines (Jaccard 0.75): it is kept for reconciliation,
+    or it would be lost (found by the truth suite)."""
+    stored = ["Bo loves pizza.", "Ana loves coffee."]
+    kept = select_for_write(
+        [candidate("Bo loves pepperoni pizza.", 3), candidate("Ana loves coffee!", 3)], stored
+    )
+    assert [c.text for c in kept] == ["Bo loves pepperoni pizza."]
+
+
 def test_select_for_write_dedups_then_caps_by_importance_in_spoken_order() -> None:
     candidates = [
         candidate("The user loves pizza.", 3),
