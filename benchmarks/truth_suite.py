@@ -2,7 +2,7 @@
 
     python benchmarks/truth_suite.py [--out benchmarks/results/truth_suite_<date>.txt]
 
-Runs every story of `tests/scenarios/` twice, with the rules (no LLM) and with the tests'
+Runs every story of `tests/scenarios/stories/` twice, with the rules (no LLM) and with the tests'
 scripted stand-in model on a local OpenAI-compatible server, through the library's real paths
 (transcripts ingested, facts written as turns arrive, agent operations, nightly jobs at the
 stories' dates, context blocks built through the scope boundary), and prints over all of them:
@@ -35,14 +35,14 @@ sys.path.insert(0, str(REPO))  # the stories and the stand-in model live in test
 
 from tests.openai_server import ScriptedOpenAIServer  # noqa: E402
 from tests.scenarios import STORIES  # noqa: E402
-from tests.scenarios.harness import Tally, run_story, scripted_model  # noqa: E402
+from tests.scenarios.harness import FIGURES, Tally, run_story, scripted_model  # noqa: E402
 
-FIGURES = (
-    ("stale facts shown", "stale_shown"),
-    ("replaced facts shown as current", "replaced_shown"),
-    ("out-of-scope memories shown", "out_of_scope_shown"),
-    ("memories lost", "lost"),
-)
+TITLES = {
+    "stale_shown": "stale facts shown",
+    "replaced_shown": "replaced facts shown as current",
+    "out_of_scope_shown": "out-of-scope memories shown",
+    "lost": "memories lost",
+}
 
 
 def run_all() -> tuple[dict[str, Tally], dict[str, list[str]], float]:
@@ -71,9 +71,9 @@ def report(tallies: dict[str, Tally], failures: dict[str, list[str]], seconds: f
         "",
         f"{'':34}{'rules':>8}{'llm':>8}{'total':>8}",
     ]
-    for title, key in FIGURES:
-        values = [getattr(tallies[m], key) for m in ("rules", "llm")]
-        lines.append(f"{title:34}{values[0]:>8}{values[1]:>8}{sum(values):>8}")
+    for figure in FIGURES:
+        values = [tallies[method].counts[figure] for method in ("rules", "llm")]
+        lines.append(f"{TITLES[figure]:34}{values[0]:>8}{values[1]:>8}{sum(values):>8}")
     broken = sum(len(f) for f in failures.values())
     lines.append(f"{'failed story expectations':34}{len(failures['rules']):>8}"
                  f"{len(failures['llm']):>8}{broken:>8}")  # fmt: skip

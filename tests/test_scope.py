@@ -26,6 +26,7 @@ from memory_dag.read.retriever import RetrievalConfig
 from memory_dag.scope import Scope, ScopeRequired, UnknownCategory, owner_key
 from memory_dag.summaries.export import export_store
 from tests.conftest import write_jsonl
+from tests.memories.test_write_path import store_settings, turn
 
 QUIET = RetrievalConfig(store_signals=False, track_access=False)
 
@@ -38,35 +39,31 @@ def bob(**fields: object) -> Scope:
     return Scope.of(user_id="bob", conversation_id="demo", **fields)  # type: ignore[arg-type]
 
 
+#: The memories `shared` remembers in conversation `demo`: key -> (user, text).
+MEMORIES = {
+    "alice_tea": ("alice", "Alice prefers green tea."),
+    "alice_goal": ("alice", "Alice plans to ship the harbor demo in May."),
+    "bob_food": ("bob", "Bob prefers spicy food at team lunches."),
+    "bob_profile": ("bob", "Bob is allergic to peanuts."),
+    "alice_profile": ("alice", "Alice is allergic to shellfish."),
+}
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, dict[str, str]]:
     """Conversation `demo` with a transcript, memories of alice and bob, and a procedure."""
     root = tmp_path_factory.mktemp("scope-store")
+    settings = store_settings(root, root / "workspace")
     write_jsonl(
-        root / "workspace" / "sessions" / "demo" / "s1.jsonl",
-        [{"role": "user", "name": "Sam", "content": "We should plan the harbor demo together.",
-          "id": "t1", "created_at": "2026-11-01T10:00:00Z"}],
-    )  # fmt: skip
-    settings = Settings(
-        workspace=root / "workspace", db_path=root / "memory.duckdb", index_dir=root / "index"
+        settings.workspace / "sessions" / "demo" / "s1.jsonl",
+        [turn("t1", "We should plan the harbor demo together.", "2026-11-01T10:00:00Z")],
     )
     run_all(settings)
     ids = {
-        "alice_tea": remember(
-            settings, "Alice prefers green tea.", scope=alice(), refresh=False
-        ).memory_id,
-        "alice_goal": remember(
-            settings, "Alice plans to ship the harbor demo in May.", scope=alice(), refresh=False
-        ).memory_id,
-        "bob_food": remember(
-            settings, "Bob prefers spicy food at team lunches.", scope=bob(), refresh=False
-        ).memory_id,
-        "bob_profile": remember(
-            settings, "Bob is allergic to peanuts.", scope=bob(), refresh=False
-        ).memory_id,
-        "alice_profile": remember(
-            settings, "Alice is allergic to shellfish.", scope=alice(), refresh=False
-        ).memory_id,
+        key: remember(
+            settings, text, scope=Scope.of(user_id=user, conversation_id="demo"), refresh=False
+        ).memory_id
+        for key, (user, text) in MEMORIES.items()
     }
     ids["alice_steps"] = remember_procedure(
         settings,

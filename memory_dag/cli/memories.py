@@ -12,6 +12,7 @@ request exits with status 2, an impossible operation with 1.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -39,14 +40,17 @@ def _operate(args: argparse.Namespace, action: Any) -> int:
         print(f"memory-dag: {error}", file=sys.stderr)
         return 1
     if args.json:
-        items = result if isinstance(result, list) else None
-        if items is not None:
-            print_json([r.to_dict() if hasattr(r, "to_dict") else r for r in items])
-        else:
-            print_json(result.to_dict() if hasattr(result, "to_dict") else result)
+        print_json(_plain(result))
     else:
         print(args.render(result))
     return 0
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: dataclasses (results, proposals) as dicts, lists of them as lists."""
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 # --------------------------------------------------------------------------- text output

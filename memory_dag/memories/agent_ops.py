@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
@@ -165,20 +165,14 @@ def remember(
 
 
 def correct(
-    settings: Settings,
-    memory_id: str,
-    text: str,
-    *,
-    scope: Scope | None = None,
-    actor: str = "agent",
-    refresh: bool = True,
-    now: datetime | None = None,
+    settings: Settings, memory_id: str, text: str, **options: Unpack[Options]
 ) -> WriteResult:
     """Replace a memory with a corrected text (seed 004 `correct_fact`): the old one is
     soft-deleted with `replaced_by`, the new one `supersedes` it and keeps its scope and sources."""
-    scope = scope or Scope()
+    scope = options.get("scope") or Scope()
+    actor = options.get("actor", "agent")
     content = _fact_text(text)
-    with scoped_writer(settings, actor, scope, now) as writer:
+    with scoped_writer(settings, actor, scope, options.get("now")) as writer:
         old = _target(writer, memory_id, scope)
         if old["kind"] == "episode":
             raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
@@ -203,65 +197,55 @@ def correct(
         )
         new_id = writer.replace(memory_id, memory, meta={"op": "correct"})
     result = WriteResult("updated", new_id, replaced_id=memory_id)
-    return _finish(settings, result, old["conversation_id"], refresh)
+    return _finish(settings, result, old["conversation_id"], options.get("refresh", True))
 
 
-def confirm(
-    settings: Settings,
-    memory_id: str,
-    *,
-    scope: Scope | None = None,
-    actor: str = "agent",
-    now: datetime | None = None,
-) -> WriteResult:
-    """Protect a memory: it no longer decays (decay_rate 0) and is fully trusted (confidence 1)."""
-    scope = scope or Scope()
-    with scoped_writer(settings, actor, scope, now) as writer:
-        _target(writer, memory_id, scope)
-        writer.confirm(memory_id, meta={"op": "confirm"})
-        conversation = writer.get(memory_id)["conversation_id"]
-    # Decay and confidence are not part of the search index: nothing to republish.
-    return _finish(settings, WriteResult("confirmed", memory_id), conversation, refresh=False)
+class Options(TypedDict, total=False):
+    """What every operation also takes: the caller's `scope` (default: an unscoped caller),
+    the `actor` named in `history` ("agent"), `refresh` (publish the search index before
+    returning, default True) and `now` (the operation's clock, default the wall clock)."""
+
+    scope: Scope | None
+    actor: str
+    refresh: bool
+    now: datetime | None
 
 
-def forget(
-    settings: Settings,
-    memory_id: str,
-    *,
-    scope: Scope | None = None,
-    actor: str = "agent",
-    refresh: bool = True,
-    now: datetime | None = None,
-) -> WriteResult:
+def confirm(settings: Settings, memory_id: str, **options: Unpack[Options]) -> WriteResult:
+    """Protect a memory: it no longer decays (decay_rate 0) and is fully trusted (confidence 1).
+    Decay and confidence are not part of the search index: nothing is republished."""
+    return _change(settings, memory_id, "confirmed", {**options, "refresh": False})
+
+
+def forget(settings: Settings, memory_id: str, **options: Unpack[Options]) -> WriteResult:
     """Soft-delete a memory; it is purged `FORGET_PURGE_DAYS` later unless restored."""
-    scope = scope or Scope()
-    with scoped_writer(settings, actor, scope, now) as writer:
-        row = _target(writer, memory_id, scope)
-        if row["kind"] == "episode":
-            raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
-        writer.soft_delete(
-            memory_id,
-            change="soft_deleted",
-            purge_after_days=FORGET_PURGE_DAYS,
-            meta={"op": "forget"},
-        )
-    return _finish(settings, WriteResult("forgotten", memory_id), row["conversation_id"], refresh)
+    return _change(settings, memory_id, "forgotten", options)
 
 
-def restore(
-    settings: Settings,
-    memory_id: str,
-    *,
-    scope: Scope | None = None,
-    actor: str = "agent",
-    refresh: bool = True,
-    now: datetime | None = None,
-) -> WriteResult:
+def restore(settings: Settings, memory_id: str, **options: Unpack[Options]) -> WriteResult:
     """Bring back a soft-deleted memory (forgotten, contradicted or expired); it counts as an
     access at `now`."""
-    scope = scope or Scope()
-    with scoped_writer(settings, actor, scope, now) as writer:
-        _target(writer, memory_id, scope, active=False)
-        writer.restore(memory_id, meta={"op": "restore"})
-        conversation = writer.get(memory_id)["conversation_id"]
-    return _finish(settings, WriteResult("restored", memory_id), conversation, refresh)
+    return _change(settings, memory_id, "restored", options)
+
+
+def _change(settings: Settings, memory_id: str, status: str, options: Options) -> WriteResult:
+    """One memory confirmed, forgotten or restored, in one writer transaction."""
+    scope = options.get("scope") or Scope()
+    actor = options.get("actor", "agent")
+    with scoped_writer(settings, actor, scope, options.get("now")) as writer:
+        row = _target(writer, memory_id, scope, active=status != "restored")
+        if status == "forgotten":
+            if row["kind"] == "episode":
+                raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
+            writer.soft_delete(
+                memory_id,
+                change="soft_deleted",
+                purge_after_days=FORGET_PURGE_DAYS,
+                meta={"op": "forget"},
+            )
+        elif status == "restored":
+            writer.restore(memory_id, meta={"op": "restore"})
+        else:
+            writer.confirm(memory_id, meta={"op": "confirm"})
+    result = WriteResult(status, memory_id)
+    return _finish(settings, result, row["conversation_id"], options.get("refresh", True))

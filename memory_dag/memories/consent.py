@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -102,9 +102,6 @@ class Proposal:
     decided_at: datetime | None = None
     decided_by: str | None = None
     result_id: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -546,12 +546,9 @@ def _write_sessions(
                     session_writer = write_turns(
                         writer, turns, llm=llm, extracted=extracted, counts=counts
                     )
-                    if session.path in closing:
-                        _mark_consolidated(writer, session, turns, session_writer, method)
-                        counts["sessions_consolidated"] += 1
-                    else:
-                        _mark_observed(writer, session, turns, session_writer, method)
-                        counts["sessions_observed"] += 1
+                    closed = session.path in closing
+                    _mark_session(writer, session, turns, session_writer, method, closed=closed)
+                    counts["sessions_consolidated" if closed else "sessions_observed"] += 1
                     timings["reconcile"] += session_writer.timings["reconcile"]
                     timings["write"] += session_writer.timings["write"]
                     written.extend(session_writer.written)
@@ -570,61 +567,36 @@ def _method_note(method: str, settings: Settings) -> str:
     )
 
 
-def _mark_consolidated(
+def _mark_session(
     writer: MemoryWriter,
     session: Session,
     turns: list[UserTurn],
     session_writer: TurnWriter,
     method: str,
+    *,
+    closed: bool,
 ) -> None:
+    """Record the turns this run examined: a closed session is consolidated (op
+    `consolidate`); a live one only `observe`s them, leaving turns whose extraction failed for
+    a later run or its close (seed 004's re-check)."""
     written = len(session_writer.written)
     writer.con.execute(
-        "UPDATE sessions_consolidations SET consolidated_at = ?, "
-        "facts_written = coalesce(facts_written, 0) + ?, method = ? WHERE path = ?",
-        [writer.now(), written, method, session.path],
+        "UPDATE sessions_consolidations SET consolidated_at = "
+        + ("?" if closed else "consolidated_at")
+        + ", facts_written = coalesce(facts_written, 0) + ?, method = ? WHERE path = ?",
+        [*([writer.now()] if closed else []), written, method, session.path],
     )
+    failed = set() if closed else set(session_writer.failed)
+    meta = {"path": session.path, "session_id": session.session_id}
     writer.record_event(
         NODE,
-        "consolidate",
+        "consolidate" if closed else "observe",
         "ok",
         conversation_id=session.conversation_id,
         detail=session.path,
         meta={
-            "path": session.path,
-            "session_id": session.session_id,
-            "file_hash": session.file_hash,
-            "method": method,
-            "facts_written": written,
-            "turns": [turn.key for turn in turns],
-        },
-    )
-
-
-def _mark_observed(
-    writer: MemoryWriter,
-    session: Session,
-    turns: list[UserTurn],
-    session_writer: TurnWriter,
-    method: str,
-) -> None:
-    """The live session's turns examined by this run (those whose extraction failed are left
-    for a later run or the session's close, seed 004's re-check)."""
-    written = len(session_writer.written)
-    writer.con.execute(
-        "UPDATE sessions_consolidations SET facts_written = coalesce(facts_written, 0) + ?, "
-        "method = ? WHERE path = ?",
-        [written, method, session.path],
-    )
-    failed = set(session_writer.failed)
-    writer.record_event(
-        NODE,
-        "observe",
-        "ok",
-        conversation_id=session.conversation_id,
-        detail=session.path,
-        meta={
-            "path": session.path,
-            "session_id": session.session_id,
+            **meta,
+            **({"file_hash": session.file_hash} if closed else {}),
             "method": method,
             "facts_written": written,
             "turns": [turn.key for turn in turns if turn.key not in failed],

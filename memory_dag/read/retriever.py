@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeGuard
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -153,9 +153,11 @@ class Retriever:
         for candidate in pool:
             candidate.score = candidate.relevance
         self._recency_stage(pool, now, stages)
-        self._relations_stage(pool, signals, stages)
+        if self._store_stage(signals, "relations", config.relations, stages):
+            self._relations_stage(pool, signals, stages)
         self._insight_stage(pool, stages)
-        self._current_stage(pool, signals, stages)
+        if self._store_stage(signals, "current", config.current, stages):
+            self._current_stage(pool, signals, stages)
         items = self._select(pool, top_k, searcher.index, stages)
 
         shown = {i for c in items for i in c.memory_ids}
@@ -280,15 +282,19 @@ class Retriever:
         detail = f"w {config.recency_weight}, scale {config.recency_scale_days} d"
         stages.append(StageRun("recency", True, f"{detail}, {undated} undated", len(pool)))
 
+    @staticmethod
+    def _store_stage(
+        signals: StoreSignals | None, name: str, enabled: bool, stages: list[StageRun]
+    ) -> TypeGuard[StoreSignals]:
+        """Whether a stage that needs the store's `signals` runs; records why not."""
+        if enabled and signals is not None:
+            return True
+        stages.append(StageRun(name, False, "store not read" if enabled else "off"))
+        return False
+
     def _relations_stage(
-        self, pool: list[Candidate], signals: StoreSignals | None, stages: list[StageRun]
+        self, pool: list[Candidate], signals: StoreSignals, stages: list[StageRun]
     ) -> None:
-        if not self.config.relations:
-            stages.append(StageRun("relations", False, "off"))
-            return
-        if signals is None:
-            stages.append(StageRun("relations", False, "store not read"))
-            return
         linked = 0
         for candidate in pool:
             strengths = [signals.edges[i][0][1] for i in candidate.memory_ids if i in signals.edges]
@@ -310,14 +316,8 @@ class Retriever:
         stages.append(StageRun("insight", True, detail, len(pool)))
 
     def _current_stage(
-        self, pool: list[Candidate], signals: StoreSignals | None, stages: list[StageRun]
+        self, pool: list[Candidate], signals: StoreSignals, stages: list[StageRun]
     ) -> None:
-        if not self.config.current:
-            stages.append(StageRun("current", False, "off"))
-            return
-        if signals is None:
-            stages.append(StageRun("current", False, "store not read"))
-            return
         by_memory = {i: c for c in pool for i in c.memory_ids}
         marked = below_fact = 0
         for candidate in pool:

@@ -270,7 +270,7 @@ MIGRATIONS: list[str] = [
     CREATE OR REPLACE VIEW facts AS
         SELECT * FROM memories WHERE kind = 'fact' AND valid_until IS NULL AND state = 'active';
     """,
-    # 2 → 3: the consent queue (seed 003 §10); summaries and episodes show provenance and user.
+    # 2 → 3: the consent queue (seed 003 §10); episodes show the user a transcript line names.
     """
     -- A proposed change to a user-context field (preferred name, pronouns, city, language,
     -- tone, ...): applied only on consent (sensitive) or when corroborated (benign).
@@ -307,20 +307,6 @@ MIGRATIONS: list[str] = [
                event_time, line, path, user_id
         FROM memories WHERE kind = 'episode';
 
-    CREATE OR REPLACE VIEW summaries AS
-        SELECT id, conversation_id, content, created_at, valid_until, state,
-               CAST(json_extract(attributes, '$.level') AS INTEGER) AS level,
-               CAST(json_extract(attributes, '$.chunk_index') AS INTEGER) AS chunk_index,
-               CAST(json_extract(attributes, '$.group_index') AS INTEGER) AS group_index,
-               CAST(json_extract(attributes, '$.parent_group') AS INTEGER) AS parent_group,
-               CAST(json_extract(attributes, '$.is_final') AS BOOLEAN) AS is_final,
-               json_extract_string(attributes, '$.summary_level') AS summary_level,
-               CAST(json_extract(attributes, '$.input_tokens') AS INTEGER) AS input_tokens,
-               CAST(json_extract(attributes, '$.output_tokens') AS INTEGER) AS output_tokens,
-               CAST(json_extract(attributes, '$.compression_ratio') AS DOUBLE) AS compression_ratio,
-               json_extract_string(attributes, '$.method') AS method,
-               source_ids
-        FROM memories WHERE kind = 'summary';
     """,
 ]
 

@@ -1,6 +1,6 @@
-"""The truth suite: scripted multi-session stories and what agents are told after each step
-(issue 13). `harness.py` runs a story; the `stories_*.py` modules hold them."""
+"""The truth suite: scripted multi-session stories (`stories/*.yaml`) and what agents are told
+after each step (issue 13). `harness.py` loads and runs them."""
 
-from tests.scenarios import stories_changes, stories_scope, stories_time
+from tests.scenarios.harness import load_stories
 
-STORIES = [*stories_changes.STORIES, *stories_time.STORIES, *stories_scope.STORIES]
+STORIES = load_stories()

@@ -1,11 +1,12 @@
 """The truth suite's engine: a scripted multi-session story against a fresh store, and what an
 agent was told after each step, judged against what the story says is true.
 
-A story is a list of steps (`stories_*.py`): turns said in a session (`Say`), the agent's
-operations (`Remember`, `Correct`, `Forget`, `Restore`, `Procedure`, `Decide` on a consent
-proposal), nightly runs at given days (`Nightly`), a summary run (`Summarize`), and `Check`s:
-the active memories expected, and context blocks for given users and agents with the lines
-they must show and must not show. Every step runs on the story's clock (`BASE` + days).
+A story is a list of steps (`stories/*.yaml`, read by `load_stories`): turns said in a session
+(`say`), the agent's operations (`remember`, `correct`, `forget`, `confirm`, `restore`,
+`procedure`, `decide` on a consent proposal), nightly runs at given days (`nightly`), a summary
+run (`summarize`), and `check`s: the active memories expected, and context blocks for given
+users and agents with the lines they must show and must not show. Every step runs on the
+story's clock (`BASE` + days).
 
 `run_story` runs a story with the rules (no LLM) or with `scripted_model`, a stand-in model on
 the tests' OpenAI-compatible server, and counts, over every context block it builds:
@@ -31,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from memory_dag.config import Settings
 from memory_dag.index.build import refresh_search_index
@@ -96,23 +99,10 @@ class Correct:
 
 
 @dataclass
-class Forget:
-    text: str
-    user: str | None = None
-    day: float = 0
-    conversation: str | None = None
+class Operate:
+    """forget, confirm or restore the memory saying `text` (of `user`, in `conversation`)."""
 
-
-@dataclass
-class Confirm:
-    text: str
-    user: str | None = None
-    day: float = 0
-    conversation: str | None = None
-
-
-@dataclass
-class Restore:
+    op: str
     text: str
     user: str | None = None
     day: float = 0
@@ -175,19 +165,7 @@ class Check:
     day: float = 0
 
 
-Step = (
-    Say
-    | Remember
-    | Correct
-    | Forget
-    | Confirm
-    | Restore
-    | Procedure
-    | Decide
-    | Nightly
-    | Summarize
-    | Check
-)
+Step = Say | Remember | Correct | Operate | Procedure | Decide | Nightly | Summarize | Check
 
 
 @dataclass
@@ -200,28 +178,27 @@ class Story:
 # --------------------------------------------------------------------------- results
 
 
+#: The figures, in the order they are printed.
+FIGURES = ("stale_shown", "replaced_shown", "out_of_scope_shown", "lost")
+
+
 @dataclass
 class Tally:
-    """The four figures of the truth suite, and every problem behind them."""
+    """The four figures of the truth suite (`counts`), and every problem behind them."""
 
-    stale_shown: int = 0
-    replaced_shown: int = 0
-    out_of_scope_shown: int = 0
-    lost: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FIGURES, 0))
     blocks: int = 0
     problems: list[str] = field(default_factory=list)
 
     def add(self, other: Tally) -> None:
-        self.stale_shown += other.stale_shown
-        self.replaced_shown += other.replaced_shown
-        self.out_of_scope_shown += other.out_of_scope_shown
-        self.lost += other.lost
+        for figure, value in other.counts.items():
+            self.counts[figure] += value
         self.blocks += other.blocks
         self.problems += other.problems
 
-    def note(self, kind: str, detail: str) -> None:
-        setattr(self, kind, getattr(self, kind) + 1)
-        self.problems.append(f"{kind}: {detail}")
+    def note(self, figure: str, detail: str) -> None:
+        self.counts[figure] += 1
+        self.problems.append(f"{figure}: {detail}")
 
 
 # --------------------------------------------------------------------------- the stand-in model
@@ -344,7 +321,7 @@ class StoryRun:
 
     def _remember(self, step: Remember, where: str) -> None:
         scope = Scope.of(user_id=step.user, conversation_id=step.conversation, agent=step.agent)
-        self._operate(
+        self._attempt(
             where,
             step.refused,
             lambda: agent_ops.remember(
@@ -355,7 +332,7 @@ class StoryRun:
 
     def _correct(self, step: Correct, where: str) -> None:
         memory_id = self._memory_id(step.old, step.user, step.conversation)
-        self._operate(
+        self._attempt(
             where,
             False,
             lambda: agent_ops.correct(
@@ -364,36 +341,20 @@ class StoryRun:
             ),
         )  # fmt: skip
 
-    def _forget(self, step: Forget, where: str) -> None:
+    def _operate(self, step: Operate, where: str) -> None:
         memory_id = self._memory_id(step.text, step.user, step.conversation)
-        self._operate(
-            where,
-            False,
-            lambda: agent_ops.forget(
-                self.settings, memory_id, scope=Scope.of(user_id=step.user), refresh=False,
-                now=self._at(step.day),
-            ),
-        )  # fmt: skip
-
-    def _confirm(self, step: Confirm, where: str) -> None:
-        memory_id = self._memory_id(step.text, step.user, step.conversation)
-        self._operate(
-            where,
-            False,
-            lambda: agent_ops.confirm(
-                self.settings, memory_id, scope=Scope.of(user_id=step.user),
-                now=self._at(step.day),
-            ),
-        )  # fmt: skip
-
-    def _restore(self, step: Restore, where: str) -> None:
-        memory_id = self._memory_id(step.text, step.user, step.conversation)
-        self._operate(
+        operation = {
+            "forget": agent_ops.forget,
+            "confirm": agent_ops.confirm,
+            "restore": agent_ops.restore,
+        }[step.op]
+        options = {"refresh": False} if step.op != "confirm" else {}
+        self._attempt(
             where,
             step.refused,
-            lambda: agent_ops.restore(
-                self.settings, memory_id, scope=Scope.of(user_id=step.user), refresh=False,
-                now=self._at(step.day),
+            lambda: operation(
+                self.settings, memory_id, scope=Scope.of(user_id=step.user),
+                now=self._at(step.day), **options,
             ),
         )  # fmt: skip
 
@@ -429,7 +390,7 @@ class StoryRun:
         summarize_conversation(self.settings, step.conversation, config=config)
         self.dirty = True
 
-    def _operate(self, where: str, refused: bool, action: Any) -> None:
+    def _attempt(self, where: str, refused: bool, action: Any) -> None:
         try:
             action()
         except (AccessDenied, UnknownCategory, MemoryOpError) as error:
@@ -608,6 +569,41 @@ def _matching(rows: list[dict[str, Any]], body: str) -> list[dict[str, Any]]:
         if key in (content, shown):
             found.append(row)
     return found
+
+
+STORIES_DIR = Path(__file__).with_name("stories")
+_STEPS: dict[str, Any] = {
+    "say": Say,
+    "remember": Remember,
+    "correct": Correct,
+    "procedure": Procedure,
+    "decide": Decide,
+    "nightly": Nightly,
+    "summarize": Summarize,
+}
+
+
+def load_stories(folder: Path = STORIES_DIR) -> list[Story]:
+    """Every story of the YAML files in `folder` (each a list of {name, covers, steps})."""
+    stories = []
+    for path in sorted(folder.glob("*.yaml")):
+        for item in yaml.safe_load(path.read_text(encoding="utf-8")):
+            steps = [
+                _step(kind, fields) for entry in item["steps"] for kind, fields in entry.items()
+            ]
+            stories.append(Story(item["name"], item["covers"], steps))
+    return stories
+
+
+def _step(kind: str, fields: dict[str, Any]) -> Step:
+    if kind in ("forget", "confirm", "restore"):
+        return Operate(op=kind, **fields)
+    if kind == "say":
+        return Say(**{**fields, "turns": [tuple(turn) for turn in fields["turns"]]})
+    if kind == "check":
+        contexts = [Context(**context) for context in fields.get("contexts", [])]
+        return Check(**{**fields, "contexts": contexts})
+    return _STEPS[kind](**fields)
 
 
 def run_story(story: Story, root: Path, llm_base_url: str | None = None) -> tuple[Tally, list[str]]:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scenarios import STORIES
-from tests.scenarios.harness import Story, run_story, scripted_model
+from tests.scenarios.harness import Say, Story, run_story, scripted_model
 
 
 @pytest.fixture(scope="module")
@@ -35,5 +35,5 @@ def test_story(story: Story, method: str, tmp_path: Path, model: ScriptedOpenAIS
     assert failures == [], "\n".join(failures)
     assert tally.problems == [], "\n".join(tally.problems)
     assert tally.blocks > 0 or not any(getattr(step, "contexts", None) for step in story.steps)
-    said = any(type(step).__name__ == "Say" for step in story.steps)
+    said = any(isinstance(step, Say) for step in story.steps)
     assert (len(model.chat_requests) > asked) == (method == "llm" and said)
