@@ -22,15 +22,19 @@ caller's `Scope`: a user decides only its own proposals.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memory_dag.config import Settings
 from memory_dag.memories.categories import ConsentPolicy, load_categories
-from memory_dag.memories.reconcile import normalise_text
+from memory_dag.memories.facts import validate_fact
+from memory_dag.memories.reconcile import Decision, normalise_text
+from memory_dag.memories.relations import FactSet
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryOpError, MemoryWriter, NewMemory
 from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
@@ -65,9 +69,9 @@ FIELD_PATTERNS: dict[str, re.Pattern[str]] = {
 
 def field_of(text: str) -> str | None:
     """The user-context field a fact sets, or None for an ordinary fact."""
-    for field, pattern in FIELD_PATTERNS.items():
+    for name, pattern in FIELD_PATTERNS.items():
         if pattern.search(text.strip()):
-            return field
+            return name
     return None
 
 
@@ -105,6 +109,16 @@ class Proposal:
 
 
 @dataclass
+class Held:
+    """What `ConsentGate.hold` left: the decisions to apply now, how many changes it queued,
+    and the facts written because a queued benign change was corroborated."""
+
+    decisions: list[Decision]
+    proposed: int = 0
+    applied: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclass
 class ChangeRequest:
     """A change the write path wants to make to a field fact, with the turn that asked."""
 
@@ -131,6 +145,55 @@ class ConsentGate:
         found = field_of(text)
         level = sensitivity(found, self.policy)
         return (found, level) if found is not None and level is not None else None
+
+    def hold(
+        self,
+        decisions: list[Decision],
+        owner: FactSet,
+        replacement: Callable[[str, int | None], NewMemory],
+    ) -> Held:
+        """Take the write path's changes of field facts out of `decisions` and queue them: an
+        UPDATE, a DELETE with the ADD that contradicts it, and an ADD of a field the owner's
+        facts (`owner`) already set (a field holds one value). `replacement(text, fact_index)`
+        is the fact the write path would write for a new text."""
+        adds = [d for d in decisions if d.event == "ADD"]
+        changes: list[tuple[list[Decision], str, Decision | None]] = []  # held, old id, by
+        for decision in decisions:
+            if decision.event in ("UPDATE", "DELETE") and decision.memory_id is not None:
+                by = decision if decision.event == "UPDATE" else _contradicting(decision, adds)
+                held = [decision] if by is None or by is decision else [decision, by]
+                changes.append((held, decision.memory_id, by))
+        claimed = {id(d) for held, _, _ in changes for d in held}
+        for add in adds:
+            gated = self.field(add.text) if id(add) not in claimed else None
+            setting = [i for i, text in zip(owner.ids, owner.texts, strict=True)
+                       if gated is not None and self.field(text) == gated]  # fmt: skip
+            if setting:
+                changes.append(([add], setting[-1], add))
+        result = Held([])
+        held_ids: set[int] = set()
+        for held, memory_id, by in changes:
+            current = self.writer.get(memory_id)
+            gated = self.field(current["content"]) if current else None
+            text = validate_fact(by.text) if by is not None else None
+            if current is None or gated is None or (by is not None and text is None):
+                continue  # not a field fact, or an invalid text the usual path counts
+            index = by.fact_index if by is not None else None
+            change = ChangeRequest(
+                memory_id=memory_id,
+                current_text=current["content"],
+                proposed_text=text,
+                field=gated[0],
+                sensitivity=gated[1],
+                memory=replacement(text or current["content"], index),
+            )
+            held_ids.update(id(d) for d in held)
+            result.proposed += 1
+            applied = self.propose(change)
+            if applied is not None:
+                result.applied.append(applied)
+        result.decisions = [d for d in decisions if id(d) not in held_ids]
+        return result
 
     def propose(self, change: ChangeRequest) -> str | None:
         """Queue the change (or add a signal to the same pending one); a benign change that
@@ -208,6 +271,14 @@ class ConsentGate:
                 now + timedelta(days=self.policy.hold_days),
             ],
         )
+
+
+def _contradicting(deletion: Decision, adds: list[Decision]) -> Decision | None:
+    """The ADD that contradicts a DELETE: the same new fact, else the only ADD."""
+    same = [a for a in adds if a.fact_index is not None and a.fact_index == deletion.fact_index]
+    if same:
+        return same[0]
+    return adds[0] if len(adds) == 1 else None
 
 
 def apply_proposal(writer: MemoryWriter, proposal_id: str, *, decided_by: str) -> str | None:

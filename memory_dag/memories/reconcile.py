@@ -53,7 +53,7 @@ LLM decisions (`reconcile_llm`) send `UPDATE_MEMORY_PROMPT` with the neighbours 
 Ids the model invents are ignored, neighbours it leaves out get NONE, new facts it leaves out
 are ADDed, and any `LLMError` falls back to ADDing every new fact (seed 000 §4.3).
 
-Kept as one module (~580 lines): the rules reconciler and the LLM one return the same
+Kept as one module (~610 lines): the rules reconciler and the LLM one return the same
 decisions and share the fact-structure parser (subject, predicate, object) that tells an
 UPDATE from an ADD; a third of the module is that parser's pattern table.
 """

@@ -30,8 +30,9 @@ Sessions are written in all-or-nothing batches, so a crash leaves them pending; 
 before the store is opened, so its LLM latency does not hold DuckDB's write lock
 (reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
 
-Kept as one module (~530 lines): one consolidation, read -> extract -> reconcile -> write per
-batch of sessions; the sessions themselves are in `sessions.py`.
+Kept as one module (~640 lines): one run, read -> extract -> reconcile -> write per batch of
+sessions, live and closing alike; the sessions themselves are in `sessions.py`, the consent
+gate that holds changes of user-context fields in `consent.py`.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from memory_dag.index.build import build_fts_index, build_search_index
 from memory_dag.ingest.chunks import build_chunks
 from memory_dag.ingest.files import sync_files
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
-from memory_dag.memories.consent import ChangeRequest, ConsentGate
+from memory_dag.memories.consent import ConsentGate
 from memory_dag.memories.fact_rules import extract_facts_rules
 from memory_dag.memories.facts import (
     FactCandidate,
@@ -289,7 +290,17 @@ class TurnWriter:
 
         A change to a user-context field fact (`consent.py`) becomes a proposal instead.
         """
-        decisions = self._hold_for_consent(turn, fresh, decisions)
+        held = self.consent.hold(
+            decisions,
+            self.writer.facts(owner_key(turn.user_id, turn.conversation_id)),
+            lambda text, index: fact_memory(
+                turn, text, fresh[index] if index is not None else None
+            ),
+        )
+        decisions = held.decisions
+        self._count("facts_proposed", held.proposed)
+        self._count("facts_updated", len(held.applied))
+        self.written += held.applied
         base = {
             "method": self.method,
             "session": turn.path,
@@ -334,62 +345,6 @@ class TurnWriter:
                 self.writer.replace(decision.memory_id, memory, memory_id=new_id, meta=meta)
                 self._count("facts_updated")
             self.written.append(new_id)
-
-    def _hold_for_consent(
-        self, turn: UserTurn, fresh: list[FactCandidate], decisions: list[Decision]
-    ) -> list[Decision]:
-        """The decisions to apply now. Changes of user-context field facts go to the consent
-        queue instead (seed 003 §10): an UPDATE, a DELETE with the ADD that contradicts it,
-        and an ADD of a field the owner's facts already set (a field holds one value)."""
-        adds = [d for d in decisions if d.event == "ADD"]
-        changes: list[tuple[list[Decision], str, Decision | None]] = []  # held, old id, by
-        for decision in decisions:
-            if decision.event in ("UPDATE", "DELETE") and decision.memory_id is not None:
-                by = decision if decision.event == "UPDATE" else _contradicting(decision, adds)
-                held = [decision] if by is None or by is decision else [decision, by]
-                changes.append((held, decision.memory_id, by))
-        claimed = {id(d) for held, _, _ in changes for d in held}
-        owner = self.writer.facts(owner_key(turn.user_id, turn.conversation_id))
-        for add in adds:
-            field = self.consent.field(add.text) if id(add) not in claimed else None
-            setting = [
-                memory_id
-                for memory_id, text in zip(owner.ids, owner.texts, strict=True)
-                if field is not None and self.consent.field(text) == field
-            ]
-            if setting:
-                changes.append(([add], setting[-1], add))
-        held_ids: set[int] = set()
-        for held, memory_id, by in changes:
-            current = self.writer.get(memory_id)
-            gated = self.consent.field(current["content"]) if current else None
-            text = validate_fact(by.text) if by is not None else None
-            if current is None or gated is None or (by is not None and text is None):
-                continue  # not a field fact, or an invalid text the usual path counts
-            candidate = fresh[by.fact_index] if by and by.fact_index is not None else None
-            change = ChangeRequest(
-                memory_id=memory_id,
-                current_text=current["content"],
-                proposed_text=text,
-                field=gated[0],
-                sensitivity=gated[1],
-                memory=fact_memory(turn, text or current["content"], candidate),
-            )
-            held_ids.update(id(d) for d in held)
-            applied = self.consent.propose(change)
-            self._count("facts_proposed")
-            if applied is not None:
-                self.written.append(applied)
-                self._count("facts_updated")
-        return [d for d in decisions if id(d) not in held_ids]
-
-
-def _contradicting(deletion: Decision, adds: list[Decision]) -> Decision | None:
-    """The ADD that contradicts a DELETE: the same new fact, else the only ADD."""
-    same = [a for a in adds if a.fact_index is not None and a.fact_index == deletion.fact_index]
-    if same:
-        return same[0]
-    return adds[0] if len(adds) == 1 else None
 
 
 def write_turns(

@@ -27,7 +27,7 @@ reader ever sees a half-written or doubled tree.
 No connection is held while the summarizer runs (it may call an LLM for minutes): the store
 is opened once to read and once to write.
 
-Kept as one module (~550 lines): gathering a conversation's input, writing its tree in one
+Kept as one module (~620 lines): gathering a conversation's input, writing its tree in one
 transaction and reading it back share one row layout; split, it would be spread over files.
 """
 
@@ -50,8 +50,8 @@ from memory_dag.config import Settings
 from memory_dag.ingest.sources import Turn, render_turn
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.memories.lookups import superseded_turns
-from memory_dag.scope import read_as
 from memory_dag.store.connection import fetch_dicts, insert_arrow, open_store, to_json
+from memory_dag.summaries.provenance import Content, Source, chunk_sources
 from memory_dag.summaries.summarizer import (
     SUPERSEDED_MARK,
     SummarizationError,
@@ -108,16 +108,6 @@ class StoredSummary(BaseModel):
     @property
     def active(self) -> bool:
         return self.valid_until is None
-
-
-@dataclass(frozen=True)
-class Source:
-    """One turn, fact or entry of the input: its id and where its text sits in the content."""
-
-    id: str
-    start: int
-    end: int
-    category: str
 
 
 @dataclass(frozen=True)
@@ -184,31 +174,6 @@ def conversation_ids(settings: Settings) -> list[str]:
     return sorted(row[0] for row in rows)
 
 
-class _Content:
-    """The summarizer's input text, built piece by piece, remembering where each source is."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.length = 0
-        self.sources: list[Source] = []
-
-    def add(self, text: str, source_id: str | None = None, category: str | None = None) -> None:
-        if source_id is not None:
-            end = self.length + len(text)
-            self.sources.append(Source(source_id, self.length, end, read_as(category)))
-        self.parts.append(text)
-        self.length += len(text)
-
-    def text(self) -> tuple[str, tuple[Source, ...]]:
-        """The stripped text and the sources' spans in it."""
-        raw = "".join(self.parts)
-        lead = len(raw) - len(raw.lstrip())
-        shifted = tuple(
-            Source(s.id, s.start - lead, s.end - lead, s.category) for s in self.sources
-        )
-        return raw.strip(), shifted
-
-
 def gather_input(
     con: duckdb.DuckDBPyConnection, conversation_id: str, summarizer: str
 ) -> ConversationInput:
@@ -245,7 +210,7 @@ def gather_input(
     )
 
     superseded = superseded_turns(con, conversation_id)
-    built = _Content()
+    built = Content()
     for number, rows in enumerate(_ordered_sessions(sessions)):
         built.add(("\n\n" if number else "") + _session_header(rows))
         for row in rows:
@@ -493,7 +458,8 @@ def _nodes(gathered: ConversationInput, result: SummaryResult, generation: int) 
     tree = result.hierarchical
     final_sources: list[str]
     if tree is not None:
-        covered = _chunk_sources(gathered, tree.chunk_size, tree.chunk_overlap)
+        chunks = chunk_text(gathered.content, tree.chunk_size, tree.chunk_overlap)
+        covered = chunk_sources(gathered.content, gathered.sources, chunks)
         for l1 in tree.l1_summaries:
             node_id = summary_id(cid, 1, l1.chunk_index)
             sources = covered[l1.chunk_index] if l1.chunk_index < len(covered) else []
@@ -554,26 +520,6 @@ def _nodes(gathered: ConversationInput, result: SummaryResult, generation: int) 
         final.update(chunk_size=tree.chunk_size, chunk_overlap=tree.chunk_overlap)
     nodes.append((final_id(cid), result.summary, final, final_sources))
     return nodes
-
-
-def _chunk_sources(
-    gathered: ConversationInput, chunk_size: int, overlap: int
-) -> list[list[Source]]:
-    """The sources each chunk of the input holds (the summarizer's own chunking, repeated:
-    it is deterministic). A chunk is a stretch of the content; a source in the overlap of two
-    chunks belongs to both."""
-    content = gathered.content
-    covered: list[list[Source]] = []
-    position = 0
-    for chunk in chunk_text(content, chunk_size, overlap):
-        start = content.find(chunk, position)
-        if start < 0:  # not found as one stretch: fall back to the sources whose text it holds
-            covered.append([s for s in gathered.sources if content[s.start : s.end] in chunk])
-            continue
-        end = start + len(chunk)
-        covered.append([s for s in gathered.sources if s.start < end and s.end > start])
-        position = start
-    return covered
 
 
 def _tokens(source: int, output: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ sentences under the same per-level token budgets and builds the same tree, so le
 shape and compression metrics stay real when the pipeline runs offline. Errors fail fast
 (seed §8): an LLM failure raises SummarizationError, never a partial tree.
 
-Kept as one module (~570 lines): seed 001's summarizer is one algorithm; level choice,
+Kept as one module (~620 lines): seed 001's summarizer is one algorithm; level choice,
 chunking, middle truncation and the LLM and extractive engines share its budgets and units.
 """
 

@@ -1,15 +1,15 @@
 """The truth suite's engine: a scripted multi-session story against a fresh store, and what an
 agent was told after each step, judged against what the story says is true.
 
-A story is a list of steps (`stories/*.yaml`, read by `load_stories`): turns said in a session
+A story is a list of steps (`stories/*.yaml`, read by `steps.load_stories`): turns said in a session
 (`say`), the agent's operations (`remember`, `correct`, `forget`, `confirm`, `restore`,
 `procedure`, `decide` on a consent proposal), nightly runs at given days (`nightly`), a summary
 run (`summarize`), and `check`s: the active memories expected, and context blocks for given
 users and agents with the lines they must show and must not show. Every step runs on the
 story's clock (`BASE` + days).
 
-`run_story` runs a story with the rules (no LLM) or with `scripted_model`, a stand-in model on
-the tests' OpenAI-compatible server, and counts, over every context block it builds:
+`run_story` runs a story with the rules (no LLM) or with `model.scripted_model`, a stand-in
+model on the tests' OpenAI-compatible server, and counts, over every context block it builds:
 
 * stale facts shown: a line showing as current a memory no longer active, or a text the story
   declares stale (a statement overruled later);
@@ -33,8 +33,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from memory_dag.config import Settings
 from memory_dag.index.build import refresh_search_index
 from memory_dag.ingest.chunks import build_chunks
@@ -43,9 +41,6 @@ from memory_dag.maintenance.nightly import run_nightly
 from memory_dag.maintenance.procedures import remember_procedure
 from memory_dag.memories import agent_ops, consent
 from memory_dag.memories.categories import AccessDenied, load_categories
-from memory_dag.memories.fact_rules import extract_facts_rules
-from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT
-from memory_dag.memories.reconcile import ExistingMemory, reconcile_rules, relate
 from memory_dag.memories.write_path import consolidate, link_pending_entities
 from memory_dag.memories.writer import MemoryOpError
 from memory_dag.read.context_block import build_context
@@ -54,7 +49,23 @@ from memory_dag.scope import Scope, UnknownCategory
 from memory_dag.store.connection import fetch_dicts, open_store
 from memory_dag.summaries.conversation_summaries import summarize_conversation
 from memory_dag.summaries.summarizer import SummarizerConfig
-from tests.openai_server import Reply
+from tests.scenarios.model import scripted_model
+from tests.scenarios.steps import (
+    Check,
+    Context,
+    Correct,
+    Decide,
+    Nightly,
+    Operate,
+    Procedure,
+    Remember,
+    Say,
+    Story,
+    Summarize,
+    load_stories,
+)
+
+__all__ = ["BASE", "FIGURES", "StoryRun", "Tally", "load_stories", "run_story", "scripted_model"]
 
 #: Day 0 of every story: a Monday morning.
 BASE = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -63,116 +74,6 @@ OBSERVE = RetrievalConfig(track_access=False)
 _REMOVAL = re.compile(r"^- [×−](?:deleted|soft_deleted):")
 _BULLET = re.compile(r"^- \S+?(created|updated|merged|deleted|soft_deleted|restored|confirmed): ")
 _LABELLED = re.compile(r"^\[([^\]]+)\] (.*)$")
-
-
-# --------------------------------------------------------------------------- steps
-
-
-@dataclass
-class Say:
-    """Turns said in a session: (speaker, user_id or None, text), then a write-path run."""
-
-    conversation: str
-    session: str
-    turns: list[tuple[str, str | None, str]]
-    day: float = 0
-
-
-@dataclass
-class Remember:
-    text: str
-    user: str | None = None
-    conversation: str | None = None
-    category: str | None = None
-    agent: str | None = None
-    day: float = 0
-    refused: bool = False  # the boundary must refuse it
-
-
-@dataclass
-class Correct:
-    old: str
-    new: str
-    user: str | None = None
-    day: float = 0
-    conversation: str | None = None  # which memory of that text, when several say it
-
-
-@dataclass
-class Operate:
-    """forget, confirm or restore the memory saying `text` (of `user`, in `conversation`)."""
-
-    op: str
-    text: str
-    user: str | None = None
-    day: float = 0
-    refused: bool = False
-    conversation: str | None = None
-
-
-@dataclass
-class Procedure:
-    title: str
-    steps: list[str]
-    user: str | None = None
-    conversation: str | None = None
-    day: float = 0
-
-
-@dataclass
-class Decide:
-    """Accept or reject the pending consent proposal whose proposed text is `proposed`."""
-
-    proposed: str
-    accept: bool
-    user: str | None = None
-    day: float = 0
-
-
-@dataclass
-class Nightly:
-    day: float
-
-
-@dataclass
-class Summarize:
-    conversation: str
-    day: float = 0
-
-
-@dataclass
-class Context:
-    """A context block to build and judge."""
-
-    message: str
-    conversation: str
-    user: str | None = None
-    agent: str | None = None
-    shows: list[str] = field(default_factory=list)
-    hides: list[str] = field(default_factory=list)  # in any line but a removal bullet
-    refused: bool = False  # the scope boundary must refuse the read
-    categories: list[str] | None = None  # asked for by name (e.g. procedural)
-
-
-@dataclass
-class Check:
-    active: list[str] = field(default_factory=list)  # memories that must be active
-    gone: list[str] = field(default_factory=list)  # memories that must not be active
-    stale: list[str] = field(default_factory=list)  # never shown as current from now on
-    pending: list[str] = field(default_factory=list)  # proposed texts waiting for consent
-    once: list[str] = field(default_factory=list)  # active exactly once (no duplicate)
-    contexts: list[Context] = field(default_factory=list)
-    day: float = 0
-
-
-Step = Say | Remember | Correct | Operate | Procedure | Decide | Nightly | Summarize | Check
-
-
-@dataclass
-class Story:
-    name: str
-    covers: str  # what the story is about, for the suite's listing
-    steps: list[Step]
 
 
 # --------------------------------------------------------------------------- results
@@ -199,69 +100,6 @@ class Tally:
     def note(self, figure: str, detail: str) -> None:
         self.counts[figure] += 1
         self.problems.append(f"{figure}: {detail}")
-
-
-# --------------------------------------------------------------------------- the stand-in model
-
-
-def scripted_model(body: dict[str, Any]) -> Reply:
-    """A deterministic stand-in for an LLM, answering each prompt of the pipeline in its format:
-    extraction (the facts a careful model would write, "the user" for the speaker),
-    reconciliation (a full enumeration, decided as a careful model would), summaries (the
-    turns and facts that still hold), merges, reflections and insights."""
-    messages = body["messages"]
-    first, last = messages[0]["content"], messages[-1]["content"]
-    if first == FACT_SYSTEM_PROMPT:
-        return Reply.json([f.text for f in extract_facts_rules(last, None, "t")])
-    if "Existing memories (JSON):" in last:
-        return Reply.json(_reconcile_answer(last))
-    if "decide whether A and B state the same fact" in last:
-        pairs = json.loads(last.split("Pairs (JSON):\n", 1)[1].split("\n\nAnswer", 1)[0])
-        return Reply.json(
-            [
-                # the pairs passed the cosine pre-filter (>= 0.75): judged as such
-                {"pair": p["pair"], "same": relate(p["b"], p["a"], 0.9)[0] != "unrelated"}
-                for p in pairs
-            ]
-        )
-    if '"insights"' in last:
-        return Reply.json({"insights": []})
-    if "this week's reflection" in last:
-        facts = re.findall(r"^- (.*)$", last.split("Conversation turns")[0], re.MULTILINE)
-        return Reply.text(" ".join(facts[:3]) or "A quiet week.")
-    return Reply.text(_summary(last))
-
-
-def _reconcile_answer(prompt: str) -> list[dict[str, str]]:
-    existing = json.loads(prompt.split("Existing memories (JSON):\n", 1)[1].split("\n\nNew", 1)[0])
-    facts = json.loads(prompt.split("New facts (JSON):\n", 1)[1].split("\n\nAnswer", 1)[0])
-    neighbours = [ExistingMemory(m["id"], m["text"]) for m in existing]
-    decisions = reconcile_rules(facts, None, neighbours)
-    by_id = {d.memory_id: d for d in decisions if d.memory_id is not None}
-    answer = []
-    for memory in existing:
-        decision = by_id.get(memory["id"])
-        event = decision.event if decision else "NONE"
-        text = decision.text if decision and event == "UPDATE" else memory["text"]
-        answer.append({"id": memory["id"], "text": text, "event": event})
-    adds = [d for d in decisions if d.event == "ADD"]
-    answer += [
-        {"id": str(len(existing) + i), "text": d.text, "event": "ADD"} for i, d in enumerate(adds)
-    ]
-    return answer
-
-
-def _summary(prompt: str) -> str:
-    """What still holds: the facts listed, else the last turns not marked superseded."""
-    facts = re.findall(r"^- (.*)$", prompt.split("Facts noted since the last summary:")[-1], re.M)
-    if "Facts noted since the last summary:" in prompt and facts:
-        return " ".join(facts)
-    turns = [
-        line
-        for line in prompt.splitlines()
-        if re.match(r"^[A-Z][\w'-]*: ", line) and not line.startswith("[superseded]")
-    ]
-    return " ".join(turns[-2:]) or "A short conversation."
 
 
 # --------------------------------------------------------------------------- running a story
@@ -569,41 +407,6 @@ def _matching(rows: list[dict[str, Any]], body: str) -> list[dict[str, Any]]:
         if key in (content, shown):
             found.append(row)
     return found
-
-
-STORIES_DIR = Path(__file__).with_name("stories")
-_STEPS: dict[str, Any] = {
-    "say": Say,
-    "remember": Remember,
-    "correct": Correct,
-    "procedure": Procedure,
-    "decide": Decide,
-    "nightly": Nightly,
-    "summarize": Summarize,
-}
-
-
-def load_stories(folder: Path = STORIES_DIR) -> list[Story]:
-    """Every story of the YAML files in `folder` (each a list of {name, covers, steps})."""
-    stories = []
-    for path in sorted(folder.glob("*.yaml")):
-        for item in yaml.safe_load(path.read_text(encoding="utf-8")):
-            steps = [
-                _step(kind, fields) for entry in item["steps"] for kind, fields in entry.items()
-            ]
-            stories.append(Story(item["name"], item["covers"], steps))
-    return stories
-
-
-def _step(kind: str, fields: dict[str, Any]) -> Step:
-    if kind in ("forget", "confirm", "restore"):
-        return Operate(op=kind, **fields)
-    if kind == "say":
-        return Say(**{**fields, "turns": [tuple(turn) for turn in fields["turns"]]})
-    if kind == "check":
-        contexts = [Context(**context) for context in fields.get("contexts", [])]
-        return Check(**{**fields, "contexts": contexts})
-    return _STEPS[kind](**fields)
 
 
 def run_story(story: Story, root: Path, llm_base_url: str | None = None) -> tuple[Tally, list[str]]:

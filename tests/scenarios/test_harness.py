@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from memory_dag.memories.categories import load_categories
-from tests.scenarios.harness import Check, Context, Story, StoryRun
+from tests.scenarios.harness import StoryRun
+from tests.scenarios.steps import Check, Context, Story
 
 
 def memory(content: str, **fields: Any) -> dict[str, Any]:

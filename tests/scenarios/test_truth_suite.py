@@ -10,7 +10,8 @@ import pytest
 
 from tests.openai_server import ScriptedOpenAIServer
 from tests.scenarios import STORIES
-from tests.scenarios.harness import Say, Story, run_story, scripted_model
+from tests.scenarios.harness import run_story, scripted_model
+from tests.scenarios.steps import Say, Story
 
 
 @pytest.fixture(scope="module")
