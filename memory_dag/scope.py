@@ -184,25 +184,8 @@ class Scope:
             uncategorized=config.uncategorized,
         )
 
-    def narrowed(self, categories: Iterable[str], config: CategoryConfig | None = None) -> Scope:
-        """This scope reading only `categories`, which must be readable (else AccessDenied)."""
-        wanted = list(dict.fromkeys(categories))
-        config = config or load_categories()
-        known = {c.name for c in config.all()}
-        unknown = [c for c in wanted if c not in known]
-        if unknown:
-            defined = ", ".join(sorted(known))
-            raise AccessDenied(f"unknown categories {unknown} (defined: {defined})")
-        if self.categories is not None:
-            denied = [c for c in wanted if c not in self.categories]
-            if denied:
-                who = f"agent {self.agent!r}" if self.agent else "this scope"
-                raise AccessDenied(
-                    f"{who} may not read {denied}; its allowlist is {sorted(self.categories)}"
-                )
-        return replace(self, categories=frozenset(wanted), procedural=PROCEDURAL in wanted)
-
     def in_conversation(self, conversation_id: str | None) -> Scope:
+        """This scope naming `conversation_id` (asking for its shared memories too)."""
         return replace(self, conversation_id=_blank_to_none(conversation_id))
 
     # ----------------------------------------------------------------- the store

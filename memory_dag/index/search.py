@@ -446,7 +446,8 @@ def search(
     """
     settings = settings or Settings.load()
     searcher = get_searcher(settings)
-    scope = scope or Scope.of(conversation_id=conversation, run_id=session)
+    asked = ["procedural"] if kind == "procedural" else None  # procedures only by name
+    scope = scope or Scope.of(conversation_id=conversation, run_id=session, categories=asked)
     scope.check_index(searcher.index)
     kinds = [value for value in searcher.index.codes["kind"][1] if value is not None]
     filters = replace(
