@@ -1,4 +1,5 @@
-"""Memory assets (`memory_dag/memories/`): facts from closed sessions, then entity links of
+"""Memory assets (`memory_dag/memories/`): facts from the user turns as they arrive (each run
+observes the open sessions' new turns and consolidates the closed ones), then entity links of
 every new memory.
 
 Thin wrappers over `memory_dag.memories.write_path`. Both write the DuckDB file, so both run in the
@@ -18,7 +19,8 @@ from memory_dag.reports import StageReport
 
 
 class ConsolidateConfig(dg.Config):
-    """`include_open: true` also consolidates each conversation's newest (live) session."""
+    """`include_open: true` also closes each conversation's newest (live) session (its new turns
+    are examined either way)."""
 
     include_open: bool = False
 
@@ -37,8 +39,9 @@ def _metadata(report: StageReport) -> dict[str, Any]:
 def facts(
     context: dg.AssetExecutionContext, config: ConsolidateConfig, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:
-    """Facts from the user turns of closed sessions, reconciled (ADD/UPDATE/DELETE/NONE) with
-    the conversation's facts, with history, change log and relations."""
+    """Facts from the user turns of every session, examined once as they arrive, reconciled
+    (ADD/UPDATE/DELETE/NONE) with the same owner's facts, with history, change log and
+    relations; changes of sensitive user fields wait in the consent queue."""
     report = write_path.consolidate(memory.settings(), include_open=config.include_open)
     return materialize_result(context, report, echo=memory.progress, metadata=_metadata(report))
 

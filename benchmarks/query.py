@@ -12,8 +12,10 @@ times `query_tool.query_memory` end to end (search, store signals, stages, acces
 bullets, 512-token budget) for LoCoMo questions:
 
     user       bound to one user (the usual case: the index filter keeps that user's rows)
-    unscoped   no bound user: the whole store (the agent's categories only)
     index only bound user, store signals off (what the DuckDB look-up costs)
+
+A call bound to no user is refused on these stores (they hold memories of many users:
+`memory_dag/scope.py` fails closed), so there is no unbound case to time.
 
 and prints p50 / p95 / mean in ms. Seed 003 §6 targets < 150 ms for bullets.
 """
@@ -43,6 +45,7 @@ from memory_dag.embed.providers import get_provider
 from memory_dag.index.published import publish_index
 from memory_dag.read.query import MemoryQuery, query_memory
 from memory_dag.read.retriever import RetrievalConfig, Retriever
+from memory_dag.scope import Scope
 from memory_dag.store.connection import insert_arrow, open_store
 
 LOCOMO_DIR = Path("/work/shared/datasets/locomo-dev")
@@ -162,12 +165,13 @@ def bench(size: int, root: Path, sentences, vectors_of, asked, queries: int, see
     load_started = time.perf_counter()
     retrievers = {
         "user": Retriever(settings),
-        "unscoped": Retriever(settings),
         "index only": Retriever(settings, RetrievalConfig(store_signals=False)),
     }
     warm_up = MemoryQuery(agent="planner", query="warm up", top_k=5)
     for retriever in retrievers.values():  # loads the index, the store snapshot, the model
-        query_memory(warm_up, settings=settings, user_id="user0000", retriever=retriever)
+        query_memory(
+            warm_up, scope=Scope.of(user_id="user0000"), settings=settings, retriever=retriever
+        )
     loaded = time.perf_counter() - load_started
     users = size // PER_USER
     rng = random.Random(seed)
@@ -188,9 +192,11 @@ def bench(size: int, root: Path, sentences, vectors_of, asked, queries: int, see
                 top_k=5,
                 budget_tokens=512,
             )
-            user = None if name == "unscoped" else f"user{rng.randrange(users):04d}"
+            user = f"user{rng.randrange(users):04d}"
             begin = time.perf_counter()
-            response = query_memory(request, settings=settings, user_id=user, retriever=retriever)
+            response = query_memory(
+                request, scope=Scope.of(user_id=user), settings=settings, retriever=retriever
+            )
             timings.append((time.perf_counter() - begin) * 1000)
             counts.append(len(response.results))
         print(

@@ -16,7 +16,13 @@ from typing import Any
 
 import duckdb
 
-from memory_dag.cli.common import print_json, settings_from_args
+from memory_dag.cli.common import (
+    add_scope_flags,
+    print_json,
+    refused,
+    scope_from_args,
+    settings_from_args,
+)
 from memory_dag.config import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -209,6 +215,10 @@ def _print_ingest_summary(summary: dict[str, Any]) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    return refused("search", lambda: _search(args))
+
+
+def _search(args: argparse.Namespace) -> int:
     from memory_dag.index.search import search
 
     settings = settings_from_args(args)
@@ -223,6 +233,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         kind=args.kind,
         min_score=args.min_score,
         fusion=args.fusion,
+        scope=scope_from_args(args),
     )
     if args.json:
         print_json([hit.to_dict() for hit in hits])
@@ -370,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
             "procedural",
         ],
     )
+    add_scope_flags(search)
     search.add_argument("--min-score", type=float, default=None, help="default 0.35")
     search.add_argument(
         "--fusion", choices=["zscore", "blend", "rrf"], default=None, help="default zscore"

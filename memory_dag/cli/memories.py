@@ -1,34 +1,56 @@
 """CLI commands over the agent-facing memory operations and the write path.
 
-`remember`, `correct`, `confirm`, `forget`, `restore`, `stats`, `entity`, `history`, `changes`
-and `consolidate`: each calls the library function of the same name in `memory_dag.memories` or
-`write_path`, so the CLI, an agent and the Dagster assets share one code path. Writes publish the
-search index before returning, so the next `memory-dag search` sees them.
+`remember`, `correct`, `confirm`, `forget`, `restore`, `stats`, `entity`, `history`, `changes`,
+`consent list|accept|reject` and `consolidate`: each calls the library function of the same
+name in `memory_dag.memories` or `write_path`, so the CLI, an agent and the Dagster assets
+share one code path. Writes publish the search index before returning, so the next
+`memory-dag search` sees them. Each acts for the
+scope of `--user`, `--agent`, `--conversation`, `--session` (`memory_dag/scope.py`); a refused
+request exits with status 2, an impossible operation with 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
-from memory_dag.cli.common import print_json, settings_from_args
-from memory_dag.memories import agent_ops, change_log, lookups
+from memory_dag.cli.common import (
+    add_scope_flags,
+    print_json,
+    refused,
+    scope_from_args,
+    settings_from_args,
+)
+from memory_dag.memories import agent_ops, change_log, consent, lookups
 from memory_dag.memories.writer import MemoryOpError
 
 
 def _run(args: argparse.Namespace, action: Any) -> int:
-    """Run one operation; a refused operation is a message and exit status 1, not a traceback."""
+    """Run one operation; an impossible operation is a message and exit status 1, a request
+    outside the caller's scope status 2, never a traceback."""
+    return refused(args.command, lambda: _operate(args, action))
+
+
+def _operate(args: argparse.Namespace, action: Any) -> int:
     try:
         result = action(settings_from_args(args))
     except MemoryOpError as error:
         print(f"memory-dag: {error}", file=sys.stderr)
         return 1
     if args.json:
-        print_json(result.to_dict() if hasattr(result, "to_dict") else result)
+        print_json(_plain(result))
     else:
         print(args.render(result))
     return 0
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: dataclasses (results, proposals) as dicts, lists of them as lists."""
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 # --------------------------------------------------------------------------- text output
@@ -106,6 +128,23 @@ def _changes_text(delta: change_log.Delta) -> str:
     return f"{header}\n({len(delta.changes)} changes; current {revisions or 'rev 0'})"
 
 
+def _proposal_line(proposal: consent.Proposal) -> str:
+    change = proposal.proposed_text or "(remove)"
+    line = (
+        f"{proposal.id} {proposal.status} {proposal.field} ({proposal.sensitivity}): "
+        f"{proposal.current_text} -> {change}"
+    )
+    if proposal.status == "pending":
+        line += f"  [{proposal.signals} signal(s), expires {proposal.expires_at:%Y-%m-%d}]"
+    elif proposal.result_id:
+        line += f"  [now {proposal.result_id}]"
+    return line
+
+
+def _proposals_text(proposals: list[consent.Proposal]) -> str:
+    return "\n".join(_proposal_line(p) for p in proposals) or "no proposals waiting for consent"
+
+
 def _reports_text(reports: list[Any]) -> str:
     return "\n".join(report.line() for report in reports)
 
@@ -147,6 +186,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     def add(name: str, summary: str, action: Any, render: Any) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, parents=[common], help=summary)
         parser.set_defaults(func=lambda args: _run(args, lambda s: action(args, s)), render=render)
+        add_scope_flags(parser)
         return parser
 
     remember = add(
@@ -155,8 +195,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         lambda a, s: agent_ops.remember(
             s,
             a.text,
-            conversation_id=a.conversation,
-            session_id=a.session,
+            scope=scope_from_args(a),
             speaker=a.speaker,
             category=a.category,
             importance=a.importance,
@@ -173,7 +212,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     correct = add(
         "correct",
         "replace a memory with a corrected text",
-        lambda a, s: agent_ops.correct(s, a.memory_id, a.text),
+        lambda a, s: agent_ops.correct(s, a.memory_id, a.text, scope=scope_from_args(a)),
         _write_line,
     )
     correct.add_argument("memory_id")
@@ -184,15 +223,25 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         ("forget", "soft-delete a memory (purged after 30 days)", agent_ops.forget),
         ("restore", "bring back a soft-deleted memory", agent_ops.restore),
     ):
-        parser = add(name, summary, lambda a, s, op=operation: op(s, a.memory_id), _write_line)
+        parser = add(
+            name,
+            summary,
+            lambda a, s, op=operation: op(s, a.memory_id, scope=scope_from_args(a)),
+            _write_line,
+        )
         parser.add_argument("memory_id")
 
-    add("stats", "memory counts by kind", lambda a, s: lookups.stats(s), _stats_text)
+    add(
+        "stats",
+        "memory counts by kind",
+        lambda a, s: lookups.stats(s, scope=scope_from_args(a)),
+        _stats_text,
+    )
 
     entity = add(
         "entity",
         "an entity's profile and linked memories",
-        lambda a, s: lookups.entity_profile(s, a.name, limit=a.limit),
+        lambda a, s: lookups.entity_profile(s, a.name, limit=a.limit, scope=scope_from_args(a)),
         _entity_text,
     )
     entity.add_argument("name", help="canonical name or alias, any case")
@@ -201,7 +250,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     history = add(
         "history",
         "a memory's audit trail",
-        lambda a, s: lookups.memory_history(s, a.memory_id),
+        lambda a, s: lookups.memory_history(s, a.memory_id, scope=scope_from_args(a)),
         _history_text,
     )
     history.add_argument("memory_id")
@@ -209,11 +258,40 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     changes = add(
         "changes",
         "memory updates since a revision (the delta header)",
-        lambda a, s: change_log.changes(s, a.since, a.conversation),
+        lambda a, s: change_log.changes(s, a.since, scope=scope_from_args(a)),
         _changes_text,
     )
     changes.add_argument("--since", type=int, default=0, help="revision already seen")
     changes.add_argument("--conversation", help="default: every conversation")
+
+    proposals = commands.add_parser(
+        "consent", help="changes to sensitive user fields waiting for consent (seed 003 §10)"
+    )
+    actions = proposals.add_subparsers(dest="consent_command", required=True)
+    listing = actions.add_parser("list", parents=[common], help="proposed changes")
+    listing.add_argument("--all", action="store_true", help="decided and expired ones too")
+    add_scope_flags(listing)
+    listing.set_defaults(
+        func=lambda args: _run(
+            args,
+            lambda s: consent.list_proposals(
+                s, scope=scope_from_args(args), status=None if args.all else "pending"
+            ),
+        ),
+        render=_proposals_text,
+    )
+    for name, decision in (("accept", consent.accept), ("reject", consent.reject)):
+        decide = actions.add_parser(
+            name, parents=[common], help=f"{name} a proposed change (recorded in history)"
+        )
+        decide.add_argument("proposal_id")
+        add_scope_flags(decide)
+        decide.set_defaults(
+            func=lambda args, decision=decision: _run(
+                args, lambda s: decision(s, args.proposal_id, scope=scope_from_args(args))
+            ),
+            render=_proposal_line,
+        )
 
     consolidate = commands.add_parser(
         "consolidate",

@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memory_dag.cli.common import print_json, settings_from_args
+from memory_dag.cli.common import REFUSED, print_json, settings_from_args
 from memory_dag.memories.categories import AccessDenied
+from memory_dag.scope import Scope
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -33,11 +34,14 @@ def cmd_query(args: argparse.Namespace) -> int:
             }
         )
         response = query_memory(
-            request, settings=settings_from_args(args), user_id=args.user, config=_config(args)
+            request,
+            scope=Scope.of(user_id=args.user, conversation_id=args.conversation),
+            settings=settings_from_args(args),
+            config=_config(args),
         )
     except (AccessDenied, ValidationError, ValueError) as error:
         print(f"memory-dag query: rejected: {error}", file=sys.stderr)
-        return 2
+        return REFUSED
     if args.json:
         print_json(response.model_dump(mode="json", by_alias=True))
         return 0
@@ -67,20 +71,19 @@ def cmd_context(args: argparse.Namespace) -> int:
         "min_score": args.min_score,
     }
     try:
+        scope = Scope.of(user_id=args.user, agent=args.agent, conversation_id=args.conversation)
         block = build_context(
             args.message,
-            args.conversation,
+            scope,
             settings=settings_from_args(args),
             since_rev=args.since_rev,
-            agent=args.agent,
-            user_id=args.user,
             exclude_session=args.exclude_session,
             config=_config(args),
             **{name: value for name, value in limits.items() if value is not None},
         )
     except AccessDenied as error:
         print(f"memory-dag context: rejected: {error}", file=sys.stderr)
-        return 2
+        return REFUSED
     if args.json:
         print_json(block.to_dict())
         return 0
@@ -117,6 +120,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     query.add_argument("--agent", required=True, help="whose allowlist applies (categories.yaml)")
     query.add_argument("--categories", help="comma-separated; default: the agent's allowlist")
     query.add_argument("--user", help="the user the caller acts for: every read is scoped to it")
+    query.add_argument(
+        "--conversation", help="also read this conversation's shared memories (turns, notes)"
+    )
     query.add_argument(
         "--filter",
         action="append",

@@ -11,7 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memory_dag.cli.common import print_json, settings_from_args
+from memory_dag.cli.common import (
+    add_scope_flags,
+    print_json,
+    refused,
+    scope_from_args,
+    settings_from_args,
+)
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -66,6 +72,10 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    return refused("export", lambda: _export(args))
+
+
+def _export(args: argparse.Namespace) -> int:
     from memory_dag.summaries.export import export_store
 
     report = export_store(
@@ -75,6 +85,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         facts=args.facts,
         turns=args.turns,
         commit=not args.no_commit,
+        scope=scope_from_args(args),
     )
     if args.json:
         print_json(report.__dict__)
@@ -121,4 +132,5 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     export.add_argument("--facts", action="store_true", help="facts too")
     export.add_argument("--turns", action="store_true", help="transcript turns too")
     export.add_argument("--no-commit", action="store_true", help="do not git commit")
+    add_scope_flags(export)
     export.set_defaults(func=cmd_export)

@@ -24,6 +24,7 @@ from memory_dag.embed.providers import get_provider
 from memory_dag.ids import digest
 from memory_dag.index.published import FORMAT_VERSION, publish_index, read_manifest
 from memory_dag.reports import StageReport, StageTimer
+from memory_dag.scope import store_users
 from memory_dag.store.connection import (
     fetch_arrow,
     get_meta,
@@ -42,7 +43,12 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
     with StageTimer(report):
         provider = get_provider(settings)
         with open_store(settings.db_path) as con:
-            fingerprint = _index_fingerprint(con, provider.name, provider.model)
+            # How many users the store names: readers of a store of several users must name
+            # one (memory_dag/scope.py), and they read this count from the manifest.
+            users = store_users(con)
+            fingerprint = digest(
+                _index_fingerprint(con, provider.name, provider.model), f"users:{users}"
+            )
             live = read_manifest(settings.index_dir)
             if not force and live is not None and live.get("fingerprint") == fingerprint:
                 report.skipped = True
@@ -83,6 +89,7 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
             provider=provider.name,
             model=provider.model,
             fingerprint=fingerprint,
+            store_users=users,
         )
         not_embedded = int(total_chunks) - table.num_rows
         if not_embedded:

@@ -124,8 +124,12 @@ def publish_index(
     provider: str,
     model: str,
     fingerprint: str,
+    store_users: int | None = None,
 ) -> dict[str, Any]:
-    """Build FAISS + BM25 for `rows`/`vectors`, write a new version, make it current."""
+    """Build FAISS + BM25 for `rows`/`vectors`, write a new version, make it current.
+
+    `store_users` (how many users the store names) goes into the manifest for the scope check.
+    """
     if rows.num_rows != len(vectors):
         raise ValueError(f"{rows.num_rows} rows but {len(vectors)} vectors")
     for name in ROW_SCHEMA.names:  # optional columns default to null
@@ -158,6 +162,7 @@ def publish_index(
             "count": rows.num_rows,
             "faiss_type": index_type_for(rows.num_rows) if dims else "none",
             "fingerprint": fingerprint,
+            "store_users": store_users,
         }
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
         staging.rename(index_dir / name)

@@ -6,7 +6,7 @@ The read path never opens the DuckDB file: it reads the last published index ver
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +18,7 @@ from memory_dag.embed.providers import get_provider
 from memory_dag.index.published import PublishedIndex, cached_index
 from memory_dag.index.search_text import names_in, participant_names, strip_names
 from memory_dag.index.vector_index import search_faiss
+from memory_dag.scope import Scope
 
 Fusion = Literal["zscore", "blend", "rrf"]
 SNIPPET_CHARS = 700
@@ -436,13 +437,27 @@ def search(
     kind: str | None = None,
     min_score: float | None = None,
     fusion: Fusion | None = None,
+    scope: Scope | None = None,
 ) -> list[SearchHit]:
-    """Search the memory: `memory_dag.index.search("pizza", conversation="demo")`."""
+    """Search the memory: `memory_dag.index.search("pizza", conversation="demo")`.
+
+    Read through `scope` (`memory_dag/scope.py`; default: the conversation and session given):
+    a store of several users needs a scope with a user (`ScopeRequired`).
+    """
     settings = settings or Settings.load()
     searcher = get_searcher(settings)
-    filters = SearchFilters(
-        conversation=conversation, session=session, source=source, path=path, kind=kind
+    asked = ["procedural"] if kind == "procedural" else None  # procedures only by name
+    scope = scope or Scope.of(conversation_id=conversation, run_id=session, categories=asked)
+    scope.check_index(searcher.index)
+    kinds = [value for value in searcher.index.codes["kind"][1] if value is not None]
+    filters = replace(
+        scope.search_filters(kinds if kind is None else [k for k in kinds if k == kind]),
+        source=source,
+        path=path,
     )
+    if conversation is not None and filters.conversation not in (None, conversation):
+        return []  # the scope names another conversation
+    filters = replace(filters, conversation=filters.conversation or conversation)
     return searcher.search(query, k=k, filters=filters, min_score=min_score, fusion=fusion)
 
 

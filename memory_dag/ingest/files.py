@@ -198,6 +198,7 @@ class _EpisodeColumns:
             columns["path"].append(path)
             columns["line"].append(turn.line)
             columns["event_time"].append(turn.event_time)
+            columns["user_id"].append(turn.user_id)
 
     def table(self, now: datetime) -> pa.Table:
         rows = len(self.columns["id"])
@@ -223,6 +224,7 @@ _EPISODE_TURN_COLUMNS = (
     "path",
     "line",
     "event_time",
+    "user_id",
 )
 _EPISODE_CONSTANTS: dict[str, Any] = {
     "kind": "episode",
@@ -300,6 +302,7 @@ _EPISODE_SCHEMA = pa.schema(
         ("event_time", _TS),
         ("created_at", _TS),
         ("decay_rate", pa.float64()),
+        ("user_id", pa.string()),
     ]
 )
 _ERROR_SCHEMA = pa.schema(

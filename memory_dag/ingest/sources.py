@@ -66,6 +66,8 @@ class Turn:
     content: str
     event_time: datetime | None
     line: int
+    #: The user a line names (`user_id`): facts drawn from the turn are that user's.
+    user_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -344,6 +346,8 @@ def _turn_from_record(
     turn_id = fields.get("id")
     name = fields.get("name")
     speaker = name.strip() if isinstance(name, str) and name.strip() else None
+    user = fields.get("user_id")
+    user_id = str(user).strip() if isinstance(user, str | int) and str(user).strip() else None
     turn = Turn(
         id=str(turn_id) if turn_id not in (None, "") else f"{session_id}:{line}",
         session_id=session_id,
@@ -353,6 +357,7 @@ def _turn_from_record(
         content=content,
         event_time=event_time,
         line=line,
+        user_id=user_id,
     )
     return turn, problem
 

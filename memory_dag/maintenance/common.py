@@ -1,6 +1,7 @@
 """What every nightly job shares: thresholds (`MaintenanceConfig`), the job's report and clock,
-a writer transaction, scopes (a memory belongs to its user when it has one, else to its
-conversation), and bulk soft deletes at the job's clock.
+a writer transaction, and bulk soft deletes at the job's clock. Jobs group memories by owner
+(`memory_dag/scope.py`: `OWNER_SQL`, `owner_of`): the user when there is one, else the
+conversation.
 """
 
 from __future__ import annotations
@@ -27,10 +28,6 @@ ACTOR = "maintenance"
 REPORT_COUNTS = ("examined", "merged", "decayed", "soft_deleted", "purged", "created")
 PREVIEW_ROWS = 10
 
-SCOPE_SQL = (
-    "CASE WHEN user_id IS NOT NULL THEN 'user:' || user_id "
-    "ELSE 'conversation:' || coalesce(conversation_id, '') END"
-)
 ACTIVE_SQL = "valid_until IS NULL AND state = 'active'"
 
 
@@ -85,10 +82,11 @@ def timed(report: StageReport) -> Iterator[StageReport]:
 
 
 @contextmanager
-def maintenance_writer(settings: Settings) -> Iterator[MemoryWriter]:
-    """A short connection with one writer transaction (all or nothing)."""
+def maintenance_writer(settings: Settings, now: datetime | None = None) -> Iterator[MemoryWriter]:
+    """A short connection with one writer transaction (all or nothing), stamping rows at the
+    job's clock `now`."""
     with open_store(settings.db_path) as con:
-        writer = MemoryWriter(con, get_provider(settings), actor=ACTOR)
+        writer = MemoryWriter(con, get_provider(settings), actor=ACTOR, now=now)
         with writer.transaction():
             yield writer
 
@@ -106,14 +104,6 @@ def day_start(now: datetime) -> datetime:
     """Midnight of `now`'s day, in `now`'s timezone: the unit of 'the same day'."""
     now = aware(now)
     return now.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def scope_owner(scope: str) -> tuple[str | None, str | None]:
-    """(user_id, conversation_id) of a scope key from `SCOPE_SQL`."""
-    kind, _, value = scope.partition(":")
-    if kind == "user":
-        return value, None
-    return None, value or None
 
 
 def refresh_index(settings: Settings, report: StageReport) -> None:

@@ -17,16 +17,13 @@ from memory_dag.reports import StageReport
 def consolidate_pending(
     settings: Settings, now: datetime, *, config: MaintenanceConfig = DEFAULT_CONFIG
 ) -> StageReport:
-    """Consolidate every pending session, the open ones too, with the session sensor's code.
-
-    `now` is not used: the write path stamps its own times. The index is republished when
-    facts changed.
-    """
+    """Consolidate every pending session, the open ones too, with the session sensor's code,
+    at the job's clock `now`. The index is republished when facts changed."""
     from memory_dag.memories import write_path
 
     report = common.new_report("session_consolidation")
     with common.timed(report):
-        written = write_path.consolidate(settings, include_open=True)
+        written = write_path.consolidate(settings, include_open=True, now=common.aware(now))
         counts = written.counts
         report.counts.update(counts)
         report.counts["examined"] = counts.get("turns_examined", 0)

@@ -29,7 +29,7 @@ def decay(
     report = common.new_report("decay")
     with common.timed(report):
         as_of = common.day_start(now)
-        with common.maintenance_writer(settings) as writer:
+        with common.maintenance_writer(settings, common.aware(now)) as writer:
             con = writer.con
             examined = con.execute(
                 f"SELECT count(*) FROM memories WHERE {common.ACTIVE_SQL} AND decay_rate > 0"

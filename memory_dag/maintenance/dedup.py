@@ -30,7 +30,7 @@ from memory_dag.maintenance.dedup_pairs import (
     candidate_pool,
     prefilter_pairs,
 )
-from memory_dag.memories.prompts import MAX_FACT_CHARS
+from memory_dag.memories.facts import validate_fact
 from memory_dag.memories.reconcile import relate
 from memory_dag.memories.writer import MemoryWriter
 from memory_dag.reports import StageReport
@@ -90,8 +90,7 @@ def judge_llm(llm: LLMClient, pairs: Sequence[Pair]) -> list[Verdict]:
         if answer is None:
             verdicts.append(judge_rules(pair))
             continue
-        text = " ".join((answer.text or "").split())
-        valid = text if answer.same and 0 < len(text) <= MAX_FACT_CHARS else None
+        valid = validate_fact(answer.text or "") if answer.same else None
         verdicts.append(Verdict(answer.same, "llm", valid))
     return verdicts
 
@@ -284,7 +283,7 @@ def dedup_merge(
             to_judge.append(pair)
 
         verdicts = _judge_all(settings, to_judge, config, report)
-        with common.maintenance_writer(settings) as writer:
+        with common.maintenance_writer(settings, common.aware(now)) as writer:
             merged, checked = _apply_merges(writer, to_judge, verdicts, now)
             _remember_pairs(writer.con, checked, now)
             report.preview = fetch_dicts(

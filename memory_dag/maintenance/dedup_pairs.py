@@ -17,8 +17,9 @@ import numpy as np
 
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
-from memory_dag.maintenance.common import ACTOR, SCOPE_SQL, MaintenanceConfig
+from memory_dag.maintenance.common import ACTOR, MaintenanceConfig
 from memory_dag.memories.reconcile import tokens
+from memory_dag.scope import OWNER_SQL
 from memory_dag.store.connection import fetch_arrow
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
@@ -99,7 +100,7 @@ def _load_facts(con: Any, provider_name: str, model: str) -> tuple[list[FactRow]
     table = fetch_arrow(
         con,
         f"""
-        SELECT m.id, m.content, {SCOPE_SQL} AS scope, m.conversation_id, m.created_at,
+        SELECT m.id, m.content, {OWNER_SQL} AS scope, m.conversation_id, m.created_at,
                m.importance, m.pinned, m.access_count, m.last_accessed, m.confidence,
                m.decay_rate, m.source_ids, m.tags, e.embedding
         FROM facts m LEFT JOIN embedding_cache e

@@ -37,7 +37,7 @@ def entity_enrichment(
                 "the fast extractor already linked these memories"
             )
             return report
-        with common.maintenance_writer(settings) as writer:
+        with common.maintenance_writer(settings, common.aware(now)) as writer:
             pending = writer.con.execute(
                 """
                 SELECT m.id, m.content FROM memories m

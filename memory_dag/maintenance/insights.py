@@ -17,9 +17,10 @@ from memory_dag.config import Settings
 from memory_dag.llm import LLMError
 from memory_dag.maintenance import common
 from memory_dag.maintenance.common import DEFAULT_CONFIG, MaintenanceConfig
-from memory_dag.memories.prompts import MAX_FACT_CHARS
+from memory_dag.memories.facts import validate_fact
 from memory_dag.memories.writer import NewMemory
 from memory_dag.reports import StageReport
+from memory_dag.scope import OWNER_SQL, owner_of
 from memory_dag.store.connection import fetch_dicts, open_store
 
 INSIGHT_CATEGORY = "relationship_dynamic"
@@ -57,11 +58,12 @@ class InsightAnswer(BaseModel):
 
 
 def insight_texts(answer: InsightAnswer) -> list[tuple[str, list[str]]]:
-    """The valid insights of an answer: non-empty, at most 280 characters, at most 3."""
+    """The valid insights of an answer (seed 003 §9's writing rules: third person, no pronoun
+    without a referent, at most 280 characters), at most 3."""
     kept = []
     for item in answer.insights:
-        text = " ".join(item.summary.split())
-        if text and len(text) <= MAX_FACT_CHARS:
+        text = validate_fact(item.summary)
+        if text is not None:
             kept.append((text, [t.strip().lower() for t in item.tags if t.strip()]))
     return kept[:3]
 
@@ -86,7 +88,7 @@ def insights(
             new_facts = common.rows_by_scope(
                 fetch_dicts(
                     con,
-                    f"SELECT id, content, {common.SCOPE_SQL} AS scope, created_at FROM facts "
+                    f"SELECT id, content, {OWNER_SQL} AS scope, created_at FROM facts "
                     "WHERE created_at > ? AND created_at <= ? ORDER BY created_at DESC, id",
                     [since, now],
                 )
@@ -117,9 +119,9 @@ def insights(
             except LLMError as error:
                 failed[scope] = str(error)
         created = 0
-        with common.maintenance_writer(settings) as writer:
+        with common.maintenance_writer(settings, common.aware(now)) as writer:
             for scope, found in results.items():
-                user_id, conversation_id = common.scope_owner(scope)
+                user_id, conversation_id = owner_of(scope)
                 source_ids = [f["id"] for f in new_facts[scope][:3]]
                 for text, tags in found:
                     writer.add(
@@ -151,7 +153,7 @@ def insights(
                     common.ACTOR,
                     "insights",
                     "error",
-                    conversation_id=common.scope_owner(scope)[1],
+                    conversation_id=owner_of(scope)[1],
                     detail=error,
                     meta={"scope": scope},
                 )
@@ -170,14 +172,14 @@ def _insight_inputs(con: Any, scope: str, new_facts: list[dict[str, Any]]) -> st
     """Seed 003 §3 input: <= 5 activity items, <= 3 new facts, <= 1,000 chars of conversation."""
     exclude = [f["id"] for f in new_facts]
     activity = con.execute(
-        f"SELECT content FROM memories WHERE {common.ACTIVE_SQL} AND {common.SCOPE_SQL} = ? "
+        f"SELECT content FROM memories WHERE {common.ACTIVE_SQL} AND {OWNER_SQL} = ? "
         "AND kind IN ('fact', 'summary', 'reflection') AND id NOT IN (SELECT unnest(?::TEXT[])) "
         "ORDER BY created_at DESC, id LIMIT 5",
         [scope, exclude],
     ).fetchall()
     turns = con.execute(
         f"SELECT coalesce(speaker, source_role, '?'), content FROM memories "
-        f"WHERE kind = 'episode' AND {common.ACTIVE_SQL} AND {common.SCOPE_SQL} = ? "
+        f"WHERE kind = 'episode' AND {common.ACTIVE_SQL} AND {OWNER_SQL} = ? "
         "ORDER BY coalesce(event_time, created_at) DESC, line DESC LIMIT 20",
         [scope],
     ).fetchall()

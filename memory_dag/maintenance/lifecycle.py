@@ -1,4 +1,5 @@
-"""Lifecycle, nightly at 04:30 (seed 003 §7, seed 000 §4.5): purge, TTL and eviction.
+"""Lifecycle, nightly at 04:30 (seed 003 §7, seed 000 §4.5, §10): purge, TTL, eviction, and the
+expiry of consent proposals nobody decided within their hold (history EXPIRE).
 
 * `lifecycle`: purge of what was due (`purge_at`) before the day began; TTL (not accessed since
   60 days before the day began, importance < 3, not pinned, decay_rate > 0) -> soft-deleted
@@ -13,6 +14,7 @@ from datetime import datetime, timedelta
 from memory_dag.config import Settings
 from memory_dag.maintenance import common
 from memory_dag.maintenance.common import DEFAULT_CONFIG, MaintenanceConfig
+from memory_dag.memories.consent import expire_proposals
 from memory_dag.memories.writer import MemoryWriter
 from memory_dag.reports import StageReport
 from memory_dag.store.connection import fetch_dicts
@@ -28,9 +30,10 @@ def lifecycle(
         today = common.day_start(
             now
         )  # cutoffs move once a day: a second run the same day is a no-op
-        with common.maintenance_writer(settings) as writer:
+        with common.maintenance_writer(settings, common.aware(now)) as writer:
             con = writer.con
             purged = _purge(writer, today)
+            proposals_expired = expire_proposals(writer, now)
             expired = fetch_dicts(
                 con,
                 f"""
@@ -91,6 +94,7 @@ def lifecycle(
             purged=purged,
             expired=len(expired),
             evicted=len(evicted),
+            proposals_expired=proposals_expired,
         )
         if expired or evicted or purged:
             common.refresh_index(settings, report)

@@ -16,6 +16,7 @@ from memory_dag.maintenance import common
 from memory_dag.maintenance.common import DEFAULT_CONFIG, MaintenanceConfig
 from memory_dag.memories.writer import NewMemory
 from memory_dag.reports import StageReport
+from memory_dag.scope import OWNER_SQL, owner_of, read_as
 from memory_dag.store.connection import fetch_dicts, open_store
 
 REFLECTION_TAG = "weekly"
@@ -78,7 +79,7 @@ def reflection(
             facts = common.rows_by_scope(
                 fetch_dicts(
                     con,
-                    f"SELECT id, content, {common.SCOPE_SQL} AS scope, created_at, importance "
+                    f"SELECT id, content, {OWNER_SQL} AS scope, created_at, importance, category "
                     "FROM facts WHERE created_at > ? AND created_at <= ? "
                     "ORDER BY created_at DESC, id",
                     [since, now],
@@ -87,7 +88,7 @@ def reflection(
             episodes = common.rows_by_scope(
                 fetch_dicts(
                     con,
-                    f"SELECT id, content, {common.SCOPE_SQL} AS scope, speaker, "
+                    f"SELECT id, content, {OWNER_SQL} AS scope, speaker, "
                     "source_role AS role, coalesce(event_time, created_at) AS happened_at "
                     "FROM memories "
                     f"WHERE kind = 'episode' AND {common.ACTIVE_SQL} "
@@ -98,7 +99,7 @@ def reflection(
             )
             last = dict(
                 con.execute(
-                    f"SELECT {common.SCOPE_SQL}, max(created_at) FROM memories "
+                    f"SELECT {OWNER_SQL}, max(created_at) FROM memories "
                     "WHERE kind = 'reflection' AND list_contains(tags, ?) GROUP BY 1",
                     [REFLECTION_TAG],
                 ).fetchall()
@@ -116,7 +117,7 @@ def reflection(
             used_facts = scope_facts[: config.reflection_max_inputs]
             used_episodes = episodes.get(scope, [])[: config.reflection_max_inputs]
             text, method = reflection_text(llm, used_facts, list(reversed(used_episodes)))
-            user_id, conversation_id = common.scope_owner(scope)
+            user_id, conversation_id = owner_of(scope)
             drafts.append(
                 NewMemory(
                     content=text,
@@ -130,6 +131,11 @@ def reflection(
                     tags=[REFLECTION_TAG],
                     decay_rate=0.0,
                     attributes={
+                        # read only by scopes that may read all of it (memory_dag/scope.py)
+                        "source_categories": sorted(
+                            {read_as(f["category"]) for f in used_facts}
+                            | ({read_as(None)} if used_episodes else set())
+                        ),
                         "method": method,
                         "window_start": since.isoformat(),
                         "window_end": now.isoformat(),
@@ -139,7 +145,7 @@ def reflection(
                 )
             )
         if drafts:
-            with common.maintenance_writer(settings) as writer:
+            with common.maintenance_writer(settings, common.aware(now)) as writer:
                 ids = [writer.add(draft, meta={"job": "reflection"}) for draft in drafts]
             report.preview = [
                 {"id": i, "content": d.content} for i, d in zip(ids, drafts, strict=True)

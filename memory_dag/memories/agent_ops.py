@@ -5,6 +5,12 @@ correct, confirm, forget, restore. Each is one writer transaction.
   a user asked to forget; reconciliation deletes and replacements keep no purge date.
 * After a write the embed and index stages run before returning, so the next search sees the
   change (republishing the index takes about a second on LoCoMo-sized stores).
+* Every operation takes the caller's `Scope` (`memory_dag/scope.py`): a new memory belongs to
+  the scope's user, conversation and run; an existing one may only be changed when the scope
+  may read it; a scoped store refuses a caller without a user. `remember` deduplicates
+  against the facts of the same owner (the user, else the conversation), never across users.
+* `now` is the operation's clock (default: the wall clock); a restore counts as an access at
+  that time, so the next night's TTL and decay start from it.
 """
 
 from __future__ import annotations
@@ -13,14 +19,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
 from memory_dag.index.build import refresh_search_index
-from memory_dag.memories.facts import classify_fact, validate_fact
+from memory_dag.memories.facts import classify_fact, fact_problem
 from memory_dag.memories.reconcile import is_near_duplicate, normalise_text
 from memory_dag.memories.writer import MemoryOpError, MemoryWriter, NewMemory
+from memory_dag.scope import Scope, check_category, known_category, owner_key
 from memory_dag.store.connection import open_store
 
 #: Seed 003 §7: a forgotten memory is purged this many days later (unless restored).
@@ -47,11 +54,26 @@ class WriteResult:
 
 
 @contextmanager
-def _writer(settings: Settings, actor: str) -> Iterator[MemoryWriter]:
+def scoped_writer(
+    settings: Settings, actor: str, scope: Scope, now: datetime | None
+) -> Iterator[MemoryWriter]:
+    """One transaction of a writer on the store, after the scoped-store check (`ScopeRequired`)."""
     with open_store(settings.db_path) as con:
-        writer = MemoryWriter(con, get_provider(settings), actor=actor)
+        scope.check_connection(con)
+        writer = MemoryWriter(con, get_provider(settings), actor=actor, now=now)
         with writer.transaction():
             yield writer
+
+
+def _target(
+    writer: MemoryWriter, memory_id: str, scope: Scope, *, active: bool = True
+) -> dict[str, Any]:
+    """The memory `memory_id` if this scope may change it (AccessDenied, MemoryOpError)."""
+    row = writer.active(memory_id) if active else writer.get(memory_id)
+    if row is None:
+        raise MemoryOpError(f"no memory {memory_id}")
+    scope.check_target(row)
+    return row
 
 
 def _revision(settings: Settings, conversation_id: str | None) -> int:
@@ -78,68 +100,80 @@ def _finish(
 
 
 def _fact_text(text: str) -> str:
-    cleaned = validate_fact(text)
-    if cleaned is None:
+    problem = fact_problem(text)
+    if problem is not None:
         raise MemoryOpError(
-            "a memory is 1-2 sentences of at most 280 characters, and not empty (seed 003 §9)"
+            f"not a valid memory: {problem}; a memory is 1-2 third-person sentences of at most "
+            "280 characters with no pronoun left without its referent (seed 003 §9)"
         )
-    return cleaned
+    return " ".join(text.split())
 
 
 def remember(
     settings: Settings,
     text: str,
     *,
-    conversation_id: str | None = None,
-    session_id: str | None = None,
+    scope: Scope | None = None,
     speaker: str | None = None,
     category: str | None = None,
     importance: int | None = None,
-    user_id: str | None = None,
-    agent_id: str | None = None,
     tags: Sequence[str] = (),
     actor: str = "agent",
     refresh: bool = True,
+    now: datetime | None = None,
 ) -> WriteResult:
-    """Save an explicit fact (seed 004 `remember_fact`).
+    """Save an explicit fact (seed 004 `remember_fact`) for the scope's user, conversation
+    and run (`scope.agent` is recorded as `agent_id`).
 
     The text is stored as given (after the seed 003 §9 checks); a near-duplicate of an active
-    fact of the conversation (same words, or word Jaccard >= 0.75) is not stored again and its
-    id is returned with status `duplicate`. Use `correct` to replace a fact.
+    fact of the same owner (same words, or word Jaccard >= 0.75) is not stored again and its
+    id is returned with status `duplicate`. Use `correct` to replace a fact. A category must be
+    defined in `categories.yaml` (`UnknownCategory` names the known ones) and readable by the
+    scope's agent.
     """
+    scope = scope or Scope()
     content = _fact_text(text)
+    check_category(category)
     guessed_category, guessed_importance = classify_fact(content)
-    with _writer(settings, actor) as writer:
-        facts = writer.facts(conversation_id)
+    chosen = category or known_category(guessed_category)
+    owner = owner_key(scope.user_id, scope.conversation_id)
+    scope.check_target(
+        {"id": "the new memory", "kind": "fact", "category": chosen, "user_id": scope.user_id,
+         "conversation_id": scope.conversation_id}
+    )  # fmt: skip
+    with scoped_writer(settings, actor, scope, now) as writer:
+        facts = writer.facts(owner)
         key = normalise_text(content)
         for memory_id, existing in zip(facts.ids, facts.texts, strict=True):
             if normalise_text(existing) == key or is_near_duplicate(content, [existing]):
                 return WriteResult("duplicate", memory_id)
         memory = NewMemory(
             content=content,
-            conversation_id=conversation_id,
-            session_id=session_id,
+            conversation_id=scope.conversation_id,
+            session_id=scope.run_id,
             speaker=speaker,
             source_role="agent",
-            category=category or guessed_category,
+            category=chosen,
             importance=importance if importance is not None else guessed_importance,
-            event_time=_now(),
-            user_id=user_id,
-            agent_id=agent_id,
+            event_time=now or _now(),
+            user_id=scope.user_id,
+            agent_id=scope.agent,
             tags=list(tags),
         )
         memory_id = writer.add(memory, meta={"op": "remember"})
-    return _finish(settings, WriteResult("created", memory_id), conversation_id, refresh)
+    return _finish(settings, WriteResult("created", memory_id), scope.conversation_id, refresh)
 
 
 def correct(
-    settings: Settings, memory_id: str, text: str, *, actor: str = "agent", refresh: bool = True
+    settings: Settings, memory_id: str, text: str, **options: Unpack[Options]
 ) -> WriteResult:
     """Replace a memory with a corrected text (seed 004 `correct_fact`): the old one is
     soft-deleted with `replaced_by`, the new one `supersedes` it and keeps its scope and sources."""
+    scope = options.get("scope") or Scope()
+    actor = options.get("actor", "agent")
     content = _fact_text(text)
-    with _writer(settings, actor) as writer:
-        old = writer.active(memory_id)
+    with scoped_writer(settings, actor, scope, options.get("now")) as writer:
+        old = _target(writer, memory_id, scope)
         if old["kind"] == "episode":
             raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
         if normalise_text(old["content"]) == normalise_text(content):
@@ -163,40 +197,55 @@ def correct(
         )
         new_id = writer.replace(memory_id, memory, meta={"op": "correct"})
     result = WriteResult("updated", new_id, replaced_id=memory_id)
-    return _finish(settings, result, old["conversation_id"], refresh)
+    return _finish(settings, result, old["conversation_id"], options.get("refresh", True))
 
 
-def confirm(settings: Settings, memory_id: str, *, actor: str = "agent") -> WriteResult:
-    """Protect a memory: it no longer decays (decay_rate 0) and is fully trusted (confidence 1)."""
-    with _writer(settings, actor) as writer:
-        writer.confirm(memory_id, meta={"op": "confirm"})
-        conversation = writer.get(memory_id)["conversation_id"]
-    # Decay and confidence are not part of the search index: nothing to republish.
-    return _finish(settings, WriteResult("confirmed", memory_id), conversation, refresh=False)
+class Options(TypedDict, total=False):
+    """What every operation also takes: the caller's `scope` (default: an unscoped caller),
+    the `actor` named in `history` ("agent"), `refresh` (publish the search index before
+    returning, default True) and `now` (the operation's clock, default the wall clock)."""
+
+    scope: Scope | None
+    actor: str
+    refresh: bool
+    now: datetime | None
 
 
-def forget(
-    settings: Settings, memory_id: str, *, actor: str = "agent", refresh: bool = True
-) -> WriteResult:
+def confirm(settings: Settings, memory_id: str, **options: Unpack[Options]) -> WriteResult:
+    """Protect a memory: it no longer decays (decay_rate 0) and is fully trusted (confidence 1).
+    Decay and confidence are not part of the search index: nothing is republished."""
+    return _change(settings, memory_id, "confirmed", {**options, "refresh": False})
+
+
+def forget(settings: Settings, memory_id: str, **options: Unpack[Options]) -> WriteResult:
     """Soft-delete a memory; it is purged `FORGET_PURGE_DAYS` later unless restored."""
-    with _writer(settings, actor) as writer:
-        row = writer.active(memory_id)
-        if row["kind"] == "episode":
-            raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
-        writer.soft_delete(
-            memory_id,
-            change="soft_deleted",
-            purge_after_days=FORGET_PURGE_DAYS,
-            meta={"op": "forget"},
-        )
-    return _finish(settings, WriteResult("forgotten", memory_id), row["conversation_id"], refresh)
+    return _change(settings, memory_id, "forgotten", options)
 
 
-def restore(
-    settings: Settings, memory_id: str, *, actor: str = "agent", refresh: bool = True
-) -> WriteResult:
-    """Bring back a soft-deleted memory (forgotten, contradicted or expired)."""
-    with _writer(settings, actor) as writer:
-        writer.restore(memory_id, meta={"op": "restore"})
-        conversation = writer.get(memory_id)["conversation_id"]
-    return _finish(settings, WriteResult("restored", memory_id), conversation, refresh)
+def restore(settings: Settings, memory_id: str, **options: Unpack[Options]) -> WriteResult:
+    """Bring back a soft-deleted memory (forgotten, contradicted or expired); it counts as an
+    access at `now`."""
+    return _change(settings, memory_id, "restored", options)
+
+
+def _change(settings: Settings, memory_id: str, status: str, options: Options) -> WriteResult:
+    """One memory confirmed, forgotten or restored, in one writer transaction."""
+    scope = options.get("scope") or Scope()
+    actor = options.get("actor", "agent")
+    with scoped_writer(settings, actor, scope, options.get("now")) as writer:
+        row = _target(writer, memory_id, scope, active=status != "restored")
+        if status == "forgotten":
+            if row["kind"] == "episode":
+                raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
+            writer.soft_delete(
+                memory_id,
+                change="soft_deleted",
+                purge_after_days=FORGET_PURGE_DAYS,
+                meta={"op": "forget"},
+            )
+        elif status == "restored":
+            writer.restore(memory_id, meta={"op": "restore"})
+        else:
+            writer.confirm(memory_id, meta={"op": "confirm"})
+    result = WriteResult(status, memory_id)
+    return _finish(settings, result, row["conversation_id"], options.get("refresh", True))

@@ -1,4 +1,5 @@
-"""Memory categories and per-agent allowlists (seed 003 §5), read from a YAML file.
+"""Memory categories and per-agent allowlists (seed 003 §5), and the consent policy of
+user-context fields (seed 003 §10), read from a YAML file.
 
 Which categories an agent may read is decided here, on the server side: a request naming a
 category outside the agent's allowlist is rejected as a whole, never silently narrowed, and
@@ -39,13 +40,31 @@ class CategoryGroups(BaseModel):
     custom: list[Category] = Field(default_factory=list)
 
 
+class ConsentPolicy(BaseModel):
+    """Seed 003 §10: which user-context fields need consent before a change applies.
+
+    A change to a `sensitive` field is queued for `hold_days` and applied only on consent;
+    a change to a `benign` field applies once `corroboration` turns said it (see
+    `memory_dag/memories/consent.py` for the fields a fact can set).
+    """
+
+    sensitive: list[str] = Field(
+        default_factory=lambda: ["preferred_name", "pronouns", "city", "language"]
+    )
+    benign: list[str] = Field(default_factory=lambda: ["tone"])
+    hold_days: float = Field(7.0, gt=0)
+    corroboration: int = Field(2, ge=1)
+
+
 class CategoryConfig(BaseModel):
-    """The parsed YAML: categories, the category of uncategorised rows, agents' allowlists."""
+    """The parsed YAML: categories, the category of uncategorised rows, agents' allowlists, and
+    the consent policy of user-context fields."""
 
     categories: CategoryGroups
     #: Transcript turns and notes have no category; they are readable as this one.
     uncategorized: str | None = None
     allowlists: dict[str, list[str]]
+    consent: ConsentPolicy = Field(default_factory=ConsentPolicy)
 
     @model_validator(mode="after")
     def _consistent(self) -> CategoryConfig:

@@ -1,5 +1,14 @@
 """The change log read back (seed 003 §1): what changed after a revision, and the delta
 header an agent is shown ("Memory updates since rev X: ...").
+
+Both are read through a `Scope` (`memory_dag/scope.py`): a change is listed only when the
+scope may read its memory (user, agent's categories, procedural memories only when asked
+for), and a change whose memory is gone (purged) only for an unrestricted scope.
+
+The header shows the net state since the revision: a memory is never shown as created,
+updated, restored, confirmed or merged unless it is active now (a fact replaced by a
+correction reads only through its replacement), and a replacement of a memory that was
+itself new since the revision reads as created.
 """
 
 from __future__ import annotations
@@ -9,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from memory_dag.config import Settings
+from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
 
 #: Seed 003 §1: the delta header shows at most this many bullets.
@@ -22,6 +32,8 @@ _CHANGE_SYMBOL = {
     "restored": "↺",
     "confirmed": "✓",
 }
+#: Events that say a memory is there (as opposed to gone).
+_PRESENT_EVENTS = ("created", "updated", "merged", "restored", "confirmed")
 
 
 @dataclass
@@ -37,23 +49,34 @@ class Delta:
         return asdict(self)
 
 
-def changes(settings: Settings, since: int, conversation_id: str | None = None) -> Delta:
-    """What changed after revision `since`, oldest first, with the delta header.
+def changes(
+    settings: Settings,
+    since: int,
+    conversation_id: str | None = None,
+    *,
+    scope: Scope | None = None,
+) -> Delta:
+    """What changed after revision `since` that `scope` may read, oldest first, with the header.
 
-    Revisions count per conversation. With `conversation_id` None every conversation is read,
-    each against its own revision. The header holds at most 3 bullets: the latest change of
-    each memory, newest first; it is empty when nothing changed.
+    Revisions count per conversation. With `conversation_id` None (and none in the scope)
+    every conversation is read, each against its own revision. The header holds at most 3
+    bullets: the net change of each memory, newest first; it is empty when nothing changed.
+    A scoped store (memories of several users) needs a scope with a user (`ScopeRequired`).
     """
+    scope = scope or Scope()
+    conversation_id = conversation_id if conversation_id is not None else scope.conversation_id
     where = "c.rev > ?"
     params: list[Any] = [since]
     if conversation_id is not None:
         where += " AND c.conversation_id = ?"
         params.append(conversation_id)
     with open_store(settings.db_path, read_only=True) as con:
+        scope.check_connection(con)
         rows = fetch_dicts(
             con,
             "SELECT c.conversation_id, c.rev, c.event, c.memory_id, c.ts, c.meta, m.kind, "
-            "m.category, m.importance, m.content FROM change_log c "
+            "m.category, m.importance, m.content, m.user_id, m.session_id, m.attributes, "
+            "m.state AS memory_state, m.conversation_id AS memory_conversation FROM change_log c "
             f"LEFT JOIN memories m ON m.id = c.memory_id WHERE {where} "
             "ORDER BY c.conversation_id, c.rev",
             params,
@@ -65,19 +88,57 @@ def changes(settings: Settings, since: int, conversation_id: str | None = None) 
         ).fetchall()
     for row in rows:
         row["meta"] = json.loads(row["meta"]) if row["meta"] else {}
+    rows = [row for row in rows if _readable(scope, row)]
+    for row in rows:
+        for key in ("user_id", "session_id", "attributes", "memory_conversation"):
+            row.pop(key)
     revisions = {conversation: int(rev) for conversation, rev in revision_rows}
     if conversation_id is not None:
         revisions.setdefault(conversation_id, 0)
     return Delta(since, revisions, rows, delta_header(since, rows))
 
 
+def _readable(scope: Scope, row: dict[str, Any]) -> bool:
+    """Whether the scope may read the memory a change is about (gone: unrestricted only)."""
+    if row["kind"] is None:
+        return scope.user_id is None and scope.categories is None
+    memory = {
+        "kind": row["kind"],
+        "category": row["category"],
+        "user_id": row["user_id"],
+        "conversation_id": row["memory_conversation"],
+        "session_id": row["session_id"],
+        "attributes": row["attributes"],
+    }
+    return scope.allows(memory)
+
+
 def delta_header(since: int, rows: list[dict[str, Any]]) -> str:
     """The delta header: "Memory updates since rev X:" and up to 3 bullets such as
-    "- +created: [preferences] Sam loves pizza (imp=3)"; "" when nothing changed."""
+    "- +created: [preferences] Sam loves pizza (imp=3)"; "" when nothing changed.
+
+    One bullet per memory, its net change (see the module doc); rows carry the memory's
+    current `memory_state` when known.
+    """
+    ordered = sorted(rows, key=lambda r: (r["ts"], r["rev"]))
+    new_since: set[str] = set()
     latest: dict[str, dict[str, Any]] = {}
-    for row in sorted(rows, key=lambda r: (r["ts"], r["rev"])):
-        latest[row["memory_id"] or row["event"]] = row
-    newest = sorted(latest.values(), key=lambda r: (r["ts"], r["rev"]), reverse=True)
+    for row in ordered:
+        memory_id = row["memory_id"]
+        if memory_id is None:
+            latest[row["event"]] = row
+            continue
+        event = row["event"]
+        if event == "created" or (event == "updated" and row["meta"].get("replaces") in new_since):
+            new_since.add(memory_id)
+            row = {**row, "event": "created"}
+        latest[memory_id] = row
+    shown = [
+        row
+        for row in latest.values()
+        if row["event"] not in _PRESENT_EVENTS or row.get("memory_state", "active") == "active"
+    ]
+    newest = sorted(shown, key=lambda r: (r["ts"], r["rev"]), reverse=True)
     bullets = [_bullet(row) for row in newest[:MAX_DELTA_BULLETS]]
     return "\n".join([f"Memory updates since rev {since}:", *bullets]) if bullets else ""
 

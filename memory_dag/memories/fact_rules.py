@@ -18,8 +18,8 @@ from memory_dag.memories.facts import (
     FactCandidate,
     candidate_limit,
     classify_fact,
+    keep_valid,
     split_sentences,
-    validate_fact,
 )
 from memory_dag.memories.reconcile import dedup_batch
 
@@ -363,8 +363,11 @@ def _clauses(sentence: str) -> list[str]:
     return [clause for clause in _CLAUSE_SPLIT.split(sentence) if clause.strip()]
 
 
-def extract_facts_rules(turn_text: str, speaker: str | None, turn_id: str) -> list[FactCandidate]:
-    """Self-statements of a user turn as third-person facts, in the order they were said."""
+def extract_facts_rules(
+    turn_text: str, speaker: str | None, turn_id: str, rejected: list[str] | None = None
+) -> list[FactCandidate]:
+    """Self-statements of a user turn as third-person facts, in the order they were said;
+    facts that break seed 003 §9's writing rules are appended to `rejected`."""
     subject = _subject(speaker)
     text = turn_text.replace("’", "'").replace("‘", "'")
     facts: list[str] = []
@@ -385,7 +388,7 @@ def extract_facts_rules(turn_text: str, speaker: str | None, turn_id: str) -> li
                 if fact is not None:
                     facts.append(fact)
                 break
-    valid = [fact for fact in (validate_fact(text) for text in facts) if fact is not None]
+    valid = keep_valid(facts, rejected)
     candidates = []
     for fact in dedup_batch(valid)[: candidate_limit(turn_text)]:
         category, importance = classify_fact(fact)

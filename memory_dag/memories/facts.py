@@ -4,6 +4,12 @@ Seed 000 §4.2 / §5.1 (latest user message only, 0-3 atomic standalone facts, f
 seed 003 §9 (third person, no pronouns, 1-2 sentences, at most 280 characters, validator) and
 §13 (long turns may yield up to 5 candidates; at most 3 are written).
 
+The validator (`fact_problem`, `validate_fact`) holds every memory to seed 003 §9, whoever
+wrote it (rules, an LLM, `remember`, a merge): third person (no I, my, we, you), no pronoun
+without a referent ("He likes it a lot.", "... to see one for a long time.", "This replaces
+..."), at most 2 sentences and 280 characters. Extractors append what fails to `rejected`,
+so the write path counts it (`facts_rejected`).
+
 Two extractors share one output type:
 
 * `extract_facts_rules` (`fact_rules.py`): the honest no-LLM default, regular expressions over
@@ -26,7 +32,12 @@ from dataclasses import dataclass
 
 from memory_dag.llm import LLMClient, LLMError
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT, MAX_FACT_CHARS, FactList
-from memory_dag.memories.reconcile import dedup_batch, is_near_duplicate, normalise_text
+from memory_dag.memories.reconcile import (
+    dedup_batch,
+    is_near_duplicate,
+    normalise_text,
+    relate,
+)
 
 #: Seed 003 §13: at most this many facts are written per turn.
 MAX_FACTS_PER_TURN = 3
@@ -84,14 +95,75 @@ def split_sentences(text: str) -> list[str]:
     return [sentence for sentence in sentences if sentence]
 
 
-def validate_fact(text: str) -> str | None:
-    """The fact with whitespace normalised, or None when empty, too long or over 2 sentences."""
+# Seed 003 §9: a memory is written in the third person and stands alone.
+_FIRST_OR_SECOND_PERSON = re.compile(
+    r"\b(?:I|I'm|I've|I'd|I'll|us)\b"
+    r"|\b(?i:me|my|mine|myself|we|we're|we've|we'd|our|ours|ourselves|you|you're|you've|"
+    r"your|yours|yourself)\b"
+)
+# Personal pronouns need someone named before them ("Sam likes his job").
+_PERSONAL_PRONOUN = re.compile(
+    r"\b(?i:he|he's|him|his|himself|she|she's|her|hers|herself|they|they're|they've|them|"
+    r"their|theirs|themselves|its)\b"
+)
+# "it" always stands for something said before the fact ("Sam loves it").
+_IT = re.compile(r"\b(?i:it|it's)\b")
+# A demonstrative standing alone ("This replaces ...", "that was the best trip").
+_DEMONSTRATIVE = re.compile(
+    r"\b(?i:this|that|these|those)\b(?=\s*(?:[.,;:!?]|$)|\s+(?i:is|was|are|were|has|have|had|"
+    r"will|would|can|could|should|may|might|must|does|did|replaces|replaced|means|meant|"
+    r"includes|included|shows|showed|makes|made|seems|sounds|looks)\b)"
+)
+# "one" standing for a thing named before ("does not want to see one for a long time").
+_ONE = re.compile(
+    r"\b(?i:one)\b(?=\s*(?:[.,;:!?]|$)|\s+(?i:for|at|in|on|with|from|again|too|anymore|"
+    r"either|soon|later|now|today|tomorrow|yet)\b)"
+)
+# A referent: the user, or a capitalised word that is not a pronoun or a determiner.
+_REFERENT = re.compile(
+    r"\b(?i:the user)\b|\b(?!(?:The|A|An|This|That|These|Those|It|Its|He|She|They|We|I|"
+    r"His|Her|Their|Our|My|Your|One)\b)[A-Z][\w'-]*"
+)
+
+
+def fact_problem(text: str) -> str | None:
+    """Why `text` is not a valid memory (seed 003 §9), or None: empty, over 280 characters,
+    over 2 sentences, not third person, or a pronoun with nothing to refer to."""
     cleaned = " ".join(text.split())
-    if not cleaned or len(cleaned) > MAX_FACT_CHARS:
-        return None
+    if not cleaned:
+        return "empty"
+    if len(cleaned) > MAX_FACT_CHARS:
+        return f"longer than {MAX_FACT_CHARS} characters"
     if len(split_sentences(cleaned)) > MAX_FACT_SENTENCES:
-        return None
-    return cleaned
+        return f"more than {MAX_FACT_SENTENCES} sentences"
+    match = _FIRST_OR_SECOND_PERSON.search(cleaned)
+    if match:
+        return f"not third person ({match.group(0)!r})"
+    for pattern in (_IT, _DEMONSTRATIVE, _ONE):
+        match = pattern.search(cleaned)
+        if match:
+            return f"pronoun without a referent ({match.group(0)!r})"
+    for match in _PERSONAL_PRONOUN.finditer(cleaned):
+        if not _REFERENT.search(cleaned[: match.start()]):
+            return f"pronoun without a referent ({match.group(0)!r})"
+    return None
+
+
+def validate_fact(text: str) -> str | None:
+    """The fact with whitespace normalised, or None when `fact_problem` finds a problem."""
+    return " ".join(text.split()) if fact_problem(text) is None else None
+
+
+def keep_valid(texts: Iterable[str], rejected: list[str] | None = None) -> list[str]:
+    """The valid facts of `texts`, normalised; the others are appended to `rejected`."""
+    kept: list[str] = []
+    for text in texts:
+        valid = validate_fact(text)
+        if valid is not None:
+            kept.append(valid)
+        elif rejected is not None:
+            rejected.append(" ".join(text.split()))
+    return kept
 
 
 # --------------------------------------------------------------------------- triage
@@ -192,7 +264,11 @@ def fact_messages(turn_text: str) -> list[dict[str, str]]:
 
 
 def extract_facts_llm(
-    llm: LLMClient, turn_text: str, speaker: str | None, turn_id: str
+    llm: LLMClient,
+    turn_text: str,
+    speaker: str | None,
+    turn_id: str,
+    rejected: list[str] | None = None,
 ) -> tuple[list[FactCandidate], LLMError | None]:
     """LLM-extracted facts of a user turn; on failure `([], error)` so the caller can record it.
 
@@ -206,7 +282,7 @@ def extract_facts_llm(
     except LLMError as error:
         return [], error
     texts = [_name_the_user(fact, speaker) for fact in answer.root]
-    valid = [fact for fact in (validate_fact(text) for text in texts) if fact is not None]
+    valid = keep_valid(texts, rejected)
     candidates = []
     for fact in dedup_batch(valid)[: candidate_limit(turn_text)]:
         category, importance = classify_fact(fact)
@@ -217,6 +293,12 @@ def extract_facts_llm(
 # --------------------------------------------------------------------------- write cap
 
 
+def _repeats(text: str, stored: list[str]) -> bool:
+    """A near-duplicate (Jaccard >= 0.75) of a stored fact that does not change it."""
+    similar = [other for other in stored if is_near_duplicate(text, [other])]
+    return any(relate(text, other, None)[0] not in ("updates", "contradicts") for other in similar)
+
+
 def select_for_write(
     candidates: list[FactCandidate],
     existing_texts: Iterable[str] = (),
@@ -225,15 +307,18 @@ def select_for_write(
     """The candidates worth writing: no batch duplicates, none already stored, top `limit`.
 
     The two-level dedup of seed 004 (exact within the batch, Jaccard >= 0.75 against stored
-    facts) runs before the cap, so a duplicate never takes the place of a new fact. The most
-    important candidates win; ties and the output keep the order they were said in.
+    facts) runs before the cap, so a duplicate never takes the place of a new fact. A candidate
+    that changes a stored fact it resembles (a refinement, a new value, a contradiction: "loves
+    pepperoni pizza" after "loves pizza") is kept for reconciliation, not dropped as a
+    duplicate. The most important candidates win; ties and the output keep the order they were
+    said in.
     """
     stored = list(existing_texts)
     seen: set[str] = set()
     fresh: list[tuple[int, FactCandidate]] = []
     for position, candidate in enumerate(candidates):
         key = normalise_text(candidate.text)
-        if key in seen or is_near_duplicate(candidate.text, stored):
+        if key in seen or _repeats(candidate.text, stored):
             continue
         seen.add(key)
         fresh.append((position, candidate))

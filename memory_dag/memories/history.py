@@ -51,15 +51,21 @@ def _new_id(prefix: str) -> str:
 class HistoryLog:
     """History and change-log rows of one writer transaction, and the revision counters.
 
-    `guard` is called before each row is queued (the writer checks that a transaction is open).
+    `guard` is called before each row is queued (the writer checks that a transaction is open);
+    `clock` stamps the rows (the writer's clock).
     """
 
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, actor: str, guard: Callable[[], None]
+        self,
+        con: duckdb.DuckDBPyConnection,
+        actor: str,
+        guard: Callable[[], None],
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.con = con
         self.actor = actor
         self._guard = guard
+        self._clock = clock or (lambda: datetime.now(UTC))
         self._history: list[dict[str, Any]] = []
         self._changes: list[dict[str, Any]] = []
         self._revisions: dict[str, int] = {}
@@ -84,7 +90,7 @@ class HistoryLog:
                 "new_ref": new_ref,
                 "actor": self.actor,
                 "meta": to_json(meta or {}),
-                "ts": datetime.now(UTC),
+                "ts": self._clock(),
             }
         )
 
@@ -117,7 +123,7 @@ class HistoryLog:
                 "memory_id": memory_id,
                 "event": event,
                 "meta": to_json(meta or {}),
-                "ts": datetime.now(UTC),
+                "ts": self._clock(),
             }
         )
         return rev

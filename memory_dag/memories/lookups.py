@@ -1,5 +1,6 @@
 """Read-only views of the memory store for agents and people: counts, an entity's profile,
-the audit trail of one memory.
+the audit trail of one memory. Each reads through a `Scope` (`memory_dag/scope.py`): only the
+memories the scope may read are listed, and a scoped store needs a user.
 """
 
 from __future__ import annotations
@@ -9,12 +10,19 @@ from typing import Any
 
 from memory_dag.config import Settings
 from memory_dag.memories.writer import MemoryOpError
+from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
 
+#: Columns `Scope.allows` reads.
+_SCOPE_COLUMNS = "m.kind, m.user_id, m.conversation_id, m.session_id, m.category, m.attributes"
 
-def stats(settings: Settings) -> dict[str, Any]:
-    """Counts by kind (active, soft-deleted), the latest record, entities, relations, sessions."""
+
+def stats(settings: Settings, *, scope: Scope | None = None) -> dict[str, Any]:
+    """Counts by kind (active, soft-deleted), the latest record the scope may read, entities,
+    relations, sessions."""
+    scope = scope or Scope()
     with open_store(settings.db_path, read_only=True) as con:
+        scope.check_connection(con)
         kinds = fetch_dicts(
             con,
             "SELECT kind, count(*) FILTER (WHERE valid_until IS NULL AND state = 'active') "
@@ -22,11 +30,15 @@ def stats(settings: Settings) -> dict[str, Any]:
             "AS soft_deleted, max(created_at) AS latest_at FROM memories GROUP BY kind "
             "ORDER BY kind",
         )
-        latest = fetch_dicts(
+        recent = fetch_dicts(
             con,
-            "SELECT id, kind, conversation_id, created_at, content FROM memories "
-            "ORDER BY created_at DESC, id DESC LIMIT 1",
+            f"SELECT m.id, m.created_at, m.content, {_SCOPE_COLUMNS} FROM memories m "
+            "ORDER BY m.created_at DESC, m.id DESC LIMIT 200",
         )
+        latest = [
+            {k: row[k] for k in ("id", "kind", "conversation_id", "created_at", "content")}
+            for row in scope.filter(recent)[:1]
+        ]
         counts = con.execute(
             "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM memory_entities), "
             "(SELECT count(*) FROM relations), "
@@ -43,10 +55,14 @@ def stats(settings: Settings) -> dict[str, Any]:
     }
 
 
-def entity_profile(settings: Settings, name: str, *, limit: int = 20) -> list[dict[str, Any]]:
-    """Entities called `name` (canonical name or alias, any case) with their active memories,
-    facts first, newest first (seed 004 `get_entity_info`)."""
+def entity_profile(
+    settings: Settings, name: str, *, limit: int = 20, scope: Scope | None = None
+) -> list[dict[str, Any]]:
+    """Entities called `name` (canonical name or alias, any case) with the active memories the
+    scope may read, facts first, newest first (seed 004 `get_entity_info`)."""
+    scope = scope or Scope()
     with open_store(settings.db_path, read_only=True) as con:
+        scope.check_connection(con)
         entities = fetch_dicts(
             con,
             "SELECT id, canonical_name, type, aliases, mention_count, summary, created_at, "
@@ -56,38 +72,50 @@ def entity_profile(settings: Settings, name: str, *, limit: int = 20) -> list[di
             [name.strip(), name.strip()],
         )
         for entity in entities:
-            entity["memories"] = fetch_dicts(
-                con,
-                "SELECT m.id, m.kind, m.category, m.conversation_id, m.speaker, m.event_time, "
-                "m.content, l.mention FROM memory_entities l JOIN memories m ON m.id = l.memory_id "
-                "WHERE l.entity_id = ? AND m.valid_until IS NULL AND m.state = 'active' "
-                "ORDER BY m.kind <> 'fact', coalesce(m.event_time, m.created_at) DESC, m.id "
-                "LIMIT ?",
-                [entity["id"], limit],
-            )
-            entity["memory_counts"] = dict(
-                con.execute(
-                    "SELECT m.kind, count(*) FROM memory_entities l JOIN memories m "
-                    "ON m.id = l.memory_id WHERE l.entity_id = ? AND m.valid_until IS NULL "
-                    "AND m.state = 'active' GROUP BY m.kind ORDER BY m.kind",
+            linked = scope.filter(
+                fetch_dicts(
+                    con,
+                    f"SELECT m.id, m.speaker, m.event_time, m.content, l.mention, {_SCOPE_COLUMNS} "
+                    "FROM memory_entities l JOIN memories m ON m.id = l.memory_id "
+                    "WHERE l.entity_id = ? AND m.valid_until IS NULL AND m.state = 'active' "
+                    "ORDER BY m.kind <> 'fact', coalesce(m.event_time, m.created_at) DESC, m.id",
                     [entity["id"]],
-                ).fetchall()
+                )
             )
+            counts: dict[str, int] = {}
+            for row in linked:
+                counts[row["kind"]] = counts.get(row["kind"], 0) + 1
+            entity["memory_counts"] = dict(sorted(counts.items()))
+            entity["memories"] = [
+                {key: row[key] for key in _PROFILE_COLUMNS} for row in linked[:limit]
+            ]
     return entities
 
 
-def memory_history(settings: Settings, memory_id: str) -> dict[str, Any]:
-    """The memory and every history row that names it (as the subject, old or new reference)."""
+_PROFILE_COLUMNS = (
+    "id", "kind", "category", "conversation_id", "speaker", "event_time", "content", "mention"
+)  # fmt: skip
+
+
+def memory_history(
+    settings: Settings, memory_id: str, *, scope: Scope | None = None
+) -> dict[str, Any]:
+    """The memory and every history row that names it (as the subject, old or new reference);
+    AccessDenied when the scope may not read the memory."""
+    scope = scope or Scope()
     with open_store(settings.db_path, read_only=True) as con:
+        scope.check_connection(con)
         rows = fetch_dicts(
             con,
             "SELECT id, kind, state, content, category, importance, conversation_id, session_id, "
-            "speaker, event_time, created_at, valid_until, purge_at, confidence, decay_rate, "
-            "source_ids, replaced_by, supersedes FROM memories WHERE id = ?",
+            "user_id, agent_id, speaker, event_time, created_at, valid_until, purge_at, "
+            "confidence, decay_rate, source_ids, replaced_by, supersedes, attributes "
+            "FROM memories WHERE id = ?",
             [memory_id],
         )
         if not rows:
             raise MemoryOpError(f"no memory {memory_id}")
+        scope.check_target(rows[0])
         events = fetch_dicts(
             con,
             "SELECT ts, event, memory_id, old_ref, new_ref, actor, meta FROM history "
@@ -97,3 +125,29 @@ def memory_history(settings: Settings, memory_id: str) -> dict[str, Any]:
     for event in events:
         event["meta"] = json.loads(event["meta"]) if event["meta"] else {}
     return {"memory": rows[0], "history": events}
+
+
+#: Transcript turns that say what a newer statement contradicted, replaced or asked to forget:
+#: the source episodes of facts soft-deleted by DELETE or UPDATE (never by decay, TTL or a
+#: merge, which keep or fade the information without contradicting it), with their successor.
+_SUPERSEDED_SQL = """
+    SELECT DISTINCT unnest(m.source_ids) AS episode, coalesce(m.replaced_by, h.new_ref) AS by
+    FROM memories m JOIN history h ON h.memory_id = m.id AND h.event IN ('DELETE', 'UPDATE')
+    WHERE m.kind = 'fact' AND (m.valid_until IS NOT NULL OR m.state <> 'active')
+"""
+
+
+def superseded_turns(con: Any, conversation_id: str | None = None) -> dict[str, str | None]:
+    """episode id -> the memory that superseded what the turn said (None: forgotten, or the
+    contradicting fact is not known), for turns a newer statement overruled. Read on an open
+    connection; restricted to one conversation when given."""
+    query = (
+        f"SELECT s.episode, s.by FROM ({_SUPERSEDED_SQL}) s "
+        "JOIN memories e ON e.id = s.episode AND e.kind = 'episode'"
+    )
+    params: list[Any] = []
+    if conversation_id is not None:
+        query += " WHERE e.conversation_id = ?"
+        params.append(conversation_id)
+    rows = con.execute(query + " ORDER BY 1, 2 NULLS FIRST", params).fetchall()
+    return dict(rows)

@@ -23,7 +23,8 @@ neighbour:
      the name of a spouse or parent...) with a different value -> **UPDATE** (new text replaces
      the old id): "lives in Paris" -> "lives in Berlin".
    * same topic and polarity, the new object strictly contains the old one -> UPDATE
-     (refinement: "loves pizza" -> "loves pepperoni pizza"); the reverse -> duplicate.
+     (refinement: "loves pizza" -> "loves pepperoni pizza"); the reverse -> duplicate; the
+     same thing with another count -> UPDATE ("has two kids" -> "has three kids").
    * otherwise the facts are different facts (multi-valued predicates such as "loves pizza"
      and "loves pasta" coexist), whatever their similarity.
    * different subjects are never related.
@@ -52,7 +53,7 @@ LLM decisions (`reconcile_llm`) send `UPDATE_MEMORY_PROMPT` with the neighbours 
 Ids the model invents are ignored, neighbours it leaves out get NONE, new facts it leaves out
 are ADDed, and any `LLMError` falls back to ADDing every new fact (seed 000 §4.3).
 
-Kept as one module (~580 lines): the rules reconciler and the LLM one return the same
+Kept as one module (~610 lines): the rules reconciler and the LLM one return the same
 decisions and share the fact-structure parser (subject, predicate, object) that tells an
 UPDATE from an ADD; a third of the module is that parser's pattern table.
 """
@@ -365,7 +366,28 @@ def _structural_relation(new: FactParts, old: FactParts) -> tuple[Relation, str]
             return "updates", "refines the object"
         if new.obj < old.obj:
             return "duplicate", "the memory already says more"
+        if _new_count(new.obj, old.obj):
+            return "updates", "a new count of the same thing"
     return "unrelated", "different facts"
+
+
+#: Words that count ("has two kids" -> "has three kids" is one fact with a new count).
+_COUNTS = frozenset(
+    {"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}
+    | {"several", "many", "few", "couple"}
+)
+
+
+def _new_count(new: frozenset[str], old: frozenset[str]) -> bool:
+    """The two objects name the same thing with a different count (words or digits)."""
+
+    def split(words: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+        counts = frozenset(w for w in words if w in _COUNTS or w.isdigit())
+        return words - counts, counts
+
+    new_thing, new_counts = split(new)
+    old_thing, old_counts = split(old)
+    return bool(new_thing) and new_thing == old_thing and bool(new_counts) and bool(old_counts)
 
 
 def _negation_only_difference(a: str, b: str) -> bool:

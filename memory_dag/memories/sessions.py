@@ -3,8 +3,9 @@
 Every transcript file is a session, registered the first time the write path sees it
 (`first_seen_at`). Within a conversation the sessions are ordered by first sight, then by their
 first turn's time, then by file name (session_2 before session_10); the newest one is the open,
-live session. Consolidation takes every registered, unconsolidated session except that open one
-(`include_open=True` takes it too: the nightly or "end of conversation" run). A consolidated
+live session. Its new turns are examined as they arrive (`write_path`, op `observe`);
+consolidation closes every registered, unconsolidated session except that open one
+(`include_open=True` closes it too: the nightly or "end of conversation" run). A consolidated
 session is never consolidated again, and a run with nothing new changes nothing.
 
 A session whose transcript changes after consolidation (the file hash differs from the one

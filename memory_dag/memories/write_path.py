@@ -1,7 +1,11 @@
-"""The write path: what people said in closed sessions becomes facts, kept consistent over time.
+"""The write path: what people say becomes facts as the turns arrive, kept consistent over time.
 
-Which sessions are due is decided in `sessions.py`. Consolidating a session, turn by turn in
-the order they were said (user turns only, seed 000 §4.2):
+Each user turn is examined once, as it arrives (seed 000 §4: extraction after each turn): a run
+observes the new turns of each conversation's open (newest) session, and consolidates the
+sessions that closed (`sessions.py` decides which), re-checking what the live path could not
+do: turns not examined yet, and turns whose extraction failed (seed 004's session-close batch
+path). `write_turns` is the per-turn step as a library function over an open `MemoryWriter`, for
+any live write path. Turn by turn, in the order they were said (user turns only, seed 000 §4.2):
 
 1. Extraction: `extract_facts_llm` when an LLM is configured, else `extract_facts_rules` (the run
    says which). An LLM failure means no facts for that turn and an `events` row.
@@ -17,21 +21,27 @@ the order they were said (user turns only, seed 000 §4.2):
    NONE for a duplicate is recorded in `history` without any change. A failed LLM call adds
    every fact and leaves an `events` row.
 
-A fact carries the turn's conversation, session, speaker, role and time, and `source_ids` = the
-episode id of its turn. Sessions are written in all-or-nothing batches, so a crash leaves them
-pending; extraction runs before the store is opened, so its LLM latency does not hold DuckDB's
-write lock (reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
+A fact carries the turn's conversation, session, speaker, role, time and user (a transcript
+line's `user_id`; the fact is then that user's, `memory_dag/scope.py`), and `source_ids` = the
+episode id of its turn. Neighbours are facts of the same owner only (the user, else the
+conversation), so one user's statement never updates or deletes another user's fact.
 
-Kept as one module (~530 lines): one consolidation, read -> extract -> reconcile -> write per
-batch of sessions; the sessions themselves are in `sessions.py`.
+Sessions are written in all-or-nothing batches, so a crash leaves them pending; extraction runs
+before the store is opened, so its LLM latency does not hold DuckDB's write lock
+(reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
+
+Kept as one module (~640 lines): one run, read -> extract -> reconcile -> write per batch of
+sessions, live and closing alike; the sessions themselves are in `sessions.py`, the consent
+gate that holds changes of user-context fields in `consent.py`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from memory_dag.config import Settings
@@ -42,6 +52,7 @@ from memory_dag.index.build import build_fts_index, build_search_index
 from memory_dag.ingest.chunks import build_chunks
 from memory_dag.ingest.files import sync_files
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
+from memory_dag.memories.consent import ConsentGate
 from memory_dag.memories.fact_rules import extract_facts_rules
 from memory_dag.memories.facts import (
     FactCandidate,
@@ -68,6 +79,7 @@ from memory_dag.memories.sessions import (
 )
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
 from memory_dag.reports import StageReport
+from memory_dag.scope import known_category, owner_key
 from memory_dag.store.connection import fetch_dicts, open_store
 
 ACTOR = "write_path"
@@ -82,6 +94,7 @@ _COUNT_KEYS = (
     "sessions_registered",
     "sessions_reopened",
     "sessions_consolidated",
+    "sessions_observed",
     "sessions_open",
     "turns_examined",
     "candidates",
@@ -90,6 +103,7 @@ _COUNT_KEYS = (
     "facts_deleted",
     "facts_unchanged",
     "facts_rejected",
+    "facts_proposed",
     "entities_created",
     "entity_links",
     "relations",
@@ -118,6 +132,8 @@ class UserTurn:
     role: str
     content: str
     event_time: datetime | None
+    #: The user the turn's facts belong to (a transcript line's `user_id`); None: shared.
+    user_id: str | None = None
 
     @property
     def key(self) -> str:
@@ -126,20 +142,20 @@ class UserTurn:
 
 
 def _pending_turns(con: Any, sessions: list[Session]) -> dict[str, list[UserTurn]]:
-    """User turns of these sessions that no earlier consolidation examined, in order."""
+    """User turns of these sessions that no earlier run examined (live or at close), in order."""
     paths = [s.path for s in sessions]
     if not paths:
         return {}
     examined: set[str] = set()
     for (meta,) in con.execute(
-        "SELECT meta FROM events WHERE node = ? AND op = 'consolidate' "
+        "SELECT meta FROM events WHERE node = ? AND op IN ('consolidate', 'observe') "
         "AND json_extract_string(meta, '$.path') IN (SELECT unnest(?::TEXT[]))",
         [NODE, paths],
     ).fetchall():
         examined.update(json.loads(meta).get("turns", []))
     rows = con.execute(
         "SELECT id, turn_id, path, conversation_id, session_id, speaker, source_role, content, "
-        "event_time FROM memories WHERE kind = 'episode' AND source_role = 'user' "
+        "event_time, user_id FROM memories WHERE kind = 'episode' AND source_role = 'user' "
         "AND path IN (SELECT unnest(?::TEXT[])) ORDER BY path, line",
         [paths],
     ).fetchall()
@@ -160,14 +176,28 @@ def llm_client(settings: Settings) -> LLMClient | None:
     return LLMClient(config) if config is not None else None
 
 
-Extracted = tuple[list[FactCandidate], LLMError | None]
+#: A turn's fact candidates, the LLM error if extraction failed, and the facts the writing
+#: rules rejected (seed 003 §9: counted as `facts_rejected`).
+Extracted = tuple[list[FactCandidate], LLMError | None, list[str]]
 
 
 def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracted]:
     """Fact candidates of each turn (LLM calls run on the client's bounded thread pool)."""
+
+    def extract(turn: UserTurn) -> Extracted:
+        rejected: list[str] = []
+        if llm is None:
+            return (
+                extract_facts_rules(turn.content, turn.speaker, turn.turn_id, rejected),
+                None,
+                rejected,
+            )
+        found, error = extract_facts_llm(llm, turn.content, turn.speaker, turn.turn_id, rejected)
+        return found, error, rejected
+
     if llm is None:
-        return [(extract_facts_rules(t.content, t.speaker, t.turn_id), None) for t in turns]
-    return llm.map(lambda t: extract_facts_llm(llm, t.content, t.speaker, t.turn_id), turns)
+        return [extract(turn) for turn in turns]
+    return llm.map(extract, turns)
 
 
 def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:
@@ -185,8 +215,8 @@ def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[Existi
     return [ExistingMemory(facts.ids[i], facts.texts[i], facts.vectors[i]) for i in chosen]
 
 
-class _SessionWriter:
-    """Consolidates the turns of one session inside the writer's open transaction."""
+class TurnWriter:
+    """Reconciles and writes the facts of user turns inside the writer's open transaction."""
 
     def __init__(
         self, writer: MemoryWriter, llm: LLMClient | None, method: str, counts: dict[str, int]
@@ -197,14 +227,25 @@ class _SessionWriter:
         self.counts = counts
         self.timings: dict[str, float] = {"reconcile": 0.0, "write": 0.0}
         self.written: list[str] = []
+        #: Keys of turns whose extraction failed: not examined, so a later run retries them.
+        self.failed: list[str] = []
+        self.consent = ConsentGate(writer)
 
     def _count(self, key: str, amount: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + amount
 
-    def turn(self, turn: UserTurn, candidates: list[FactCandidate], error: LLMError | None) -> None:
+    def turn(
+        self,
+        turn: UserTurn,
+        candidates: list[FactCandidate],
+        error: LLMError | None,
+        rejected: list[str] | None = None,
+    ) -> None:
         self._count("turns_examined")
         self._count("candidates", len(candidates))
+        self._count("facts_rejected", len(rejected or []))
         if error is not None:
+            self.failed.append(turn.key)
             self.writer.record_event(
                 NODE,
                 "extract",
@@ -214,7 +255,7 @@ class _SessionWriter:
                 detail=str(error),
                 meta={"kind": error.kind, "path": turn.path, "turn_id": turn.turn_id},
             )
-        facts = self.writer.facts(turn.conversation_id)
+        facts = self.writer.facts(owner_key(turn.user_id, turn.conversation_id))
         fresh = select_for_write(candidates, facts.texts)
         self._count("facts_unchanged", len(candidates) - len(fresh))
         if not fresh:
@@ -245,7 +286,21 @@ class _SessionWriter:
     def execute(
         self, turn: UserTurn, fresh: list[FactCandidate], decisions: list[Decision]
     ) -> None:
-        """Apply decisions: deletions first, so a new fact never links to what it contradicts."""
+        """Apply decisions: deletions first, so a new fact never links to what it contradicts.
+
+        A change to a user-context field fact (`consent.py`) becomes a proposal instead.
+        """
+        held = self.consent.hold(
+            decisions,
+            self.writer.facts(owner_key(turn.user_id, turn.conversation_id)),
+            lambda text, index: fact_memory(
+                turn, text, fresh[index] if index is not None else None
+            ),
+        )
+        decisions = held.decisions
+        self._count("facts_proposed", held.proposed)
+        self._count("facts_updated", len(held.applied))
+        self.written += held.applied
         base = {
             "method": self.method,
             "session": turn.path,
@@ -292,6 +347,33 @@ class _SessionWriter:
             self.written.append(new_id)
 
 
+def write_turns(
+    writer: MemoryWriter,
+    turns: Sequence[UserTurn],
+    *,
+    llm: LLMClient | None = None,
+    extracted: Mapping[str, Extracted] | None = None,
+    counts: dict[str, int] | None = None,
+) -> TurnWriter:
+    """Examine user turns in order and write their facts, inside `writer`'s open transaction.
+
+    The live write path's step: each turn's facts are extracted (unless `extracted` holds them
+    by `UserTurn.key`: extract before opening the store, so an LLM does not hold DuckDB's lock),
+    checked (seed 003 §9), deduplicated and reconciled against the same owner's facts, and
+    written with history and change log. Returns the `TurnWriter`: `.written` (new fact ids),
+    `.failed` (turns whose extraction failed), `.timings`.
+    """
+    if extracted is None:
+        extracted = dict(zip((t.key for t in turns), extract_turns(llm, list(turns)), strict=True))
+    method = "llm" if llm is not None else "rules"
+    turn_writer = TurnWriter(writer, llm, method, counts if counts is not None else {})
+    # One embedding call for the whole batch instead of one per turn.
+    writer.embed([c.text for t in turns for c in extracted[t.key][0]])
+    for turn in turns:
+        turn_writer.turn(turn, *extracted[turn.key])
+    return turn_writer
+
+
 def fact_memory(turn: UserTurn, text: str, candidate: FactCandidate | None) -> NewMemory:
     """The fact row for `text` said in `turn` (category and importance from the extractor)."""
     if candidate is not None and candidate.text == text:
@@ -305,18 +387,25 @@ def fact_memory(turn: UserTurn, text: str, candidate: FactCandidate | None) -> N
         session_id=turn.session_id,
         speaker=turn.speaker,
         source_role=turn.role,
-        category=category,
+        category=known_category(category),
         importance=importance,
         event_time=turn.event_time,
         source_ids=[turn.episode_id],
+        user_id=turn.user_id,
         decay_rate=FACT_DECAY_RATE,
     )
 
 
 def consolidate(
-    settings: Settings, *, include_open: bool = False, llm: LLMClient | None = None
+    settings: Settings,
+    *,
+    include_open: bool = False,
+    llm: LLMClient | None = None,
+    now: datetime | None = None,
 ) -> WriteReport:
-    """Register new sessions, reopen changed ones, and consolidate the closed pending ones."""
+    """Register new sessions, reopen changed ones, consolidate the closed pending ones and
+    observe the new turns of the open ones (`include_open`: close those too). `now` is the
+    run's clock (default: the wall clock)."""
     started = time.perf_counter()
     llm = llm if llm is not None else llm_client(settings)
     method = "llm" if llm is not None else "rules"
@@ -324,15 +413,18 @@ def consolidate(
     counts: dict[str, int] = dict.fromkeys(_COUNT_KEYS, 0)
     timings = {"extract": 0.0, "reconcile": 0.0, "write": 0.0, "relations": 0.0}
     provider = get_provider(settings)
-    now = datetime.now(UTC)
 
     with open_store(settings.db_path) as con:
-        writer = MemoryWriter(con, provider, actor=ACTOR)
+        writer = MemoryWriter(con, provider, actor=ACTOR, now=now)
         with writer.transaction():
-            counts["sessions_registered"] = register_sessions(con, now)
+            counts["sessions_registered"] = register_sessions(con, writer.now())
             counts["sessions_reopened"] = len(reopen_changed_sessions(writer))
         sessions = load_sessions(con)
         due = sessions_due(sessions, include_open)
+        closing = {session.path for session in due}
+        live = [s for s in sessions if s.consolidated_at is None and s.path not in closing]
+        order = {session.path: position for position, session in enumerate(sessions)}
+        due = sorted([*due, *live], key=lambda s: order[s.path])  # oldest first, as said
         pending = _pending_turns(con, due)
 
     mark = time.perf_counter()
@@ -340,7 +432,9 @@ def consolidate(
     extracted = dict(zip((t.key for t in turns), extract_turns(llm, turns), strict=True))
     timings["extract"] = time.perf_counter() - mark
 
-    written = _write_sessions(settings, llm, method, due, pending, extracted, counts, timings)
+    written = _write_sessions(
+        settings, llm, method, due, pending, extracted, counts, timings, closing, now
+    )
 
     with open_store(settings.db_path) as con:
         counts["sessions_open"] = int(
@@ -380,8 +474,11 @@ def _write_sessions(
     extracted: dict[str, Extracted],
     counts: dict[str, int],
     timings: dict[str, float],
+    closing: set[str],
+    now: datetime | None,
 ) -> list[str]:
-    """Reconcile and write the sessions in order; returns the new fact ids.
+    """Reconcile and write the sessions in order; returns the new fact ids. Sessions in
+    `closing` are marked consolidated; the others (live) only record the turns examined.
 
     Sessions are written in batches, one transaction and one connection per batch: a batch
     ends after `LOCK_HOLD_SECONDS`, so the agent's commands can write during long runs, and a
@@ -393,19 +490,20 @@ def _write_sessions(
     position = 0
     while position < len(due):
         with open_store(settings.db_path) as con:
-            writer = MemoryWriter(con, provider, actor=ACTOR)
+            writer = MemoryWriter(con, provider, actor=ACTOR, now=now)
             opened = time.monotonic()
             with writer.transaction():
                 while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
                     session, turns = due[position], pending[due[position].path]
                     position += 1
-                    session_writer = _SessionWriter(writer, llm, method, counts)
-                    # One embedding call per session instead of one per turn.
-                    writer.embed([c.text for t in turns for c in extracted[t.key][0]])
-                    for turn in turns:
-                        session_writer.turn(turn, *extracted[turn.key])
-                    _mark_consolidated(writer, session, turns, session_writer, method)
-                    counts["sessions_consolidated"] += 1
+                    if session.path not in closing and not turns:
+                        continue  # a live session with nothing new
+                    session_writer = write_turns(
+                        writer, turns, llm=llm, extracted=extracted, counts=counts
+                    )
+                    closed = session.path in closing
+                    _mark_session(writer, session, turns, session_writer, method, closed=closed)
+                    counts["sessions_consolidated" if closed else "sessions_observed"] += 1
                     timings["reconcile"] += session_writer.timings["reconcile"]
                     timings["write"] += session_writer.timings["write"]
                     written.extend(session_writer.written)
@@ -424,32 +522,39 @@ def _method_note(method: str, settings: Settings) -> str:
     )
 
 
-def _mark_consolidated(
+def _mark_session(
     writer: MemoryWriter,
     session: Session,
     turns: list[UserTurn],
-    session_writer: _SessionWriter,
+    session_writer: TurnWriter,
     method: str,
+    *,
+    closed: bool,
 ) -> None:
+    """Record the turns this run examined: a closed session is consolidated (op
+    `consolidate`); a live one only `observe`s them, leaving turns whose extraction failed for
+    a later run or its close (seed 004's re-check)."""
     written = len(session_writer.written)
     writer.con.execute(
-        "UPDATE sessions_consolidations SET consolidated_at = ?, "
-        "facts_written = coalesce(facts_written, 0) + ?, method = ? WHERE path = ?",
-        [datetime.now(UTC), written, method, session.path],
+        "UPDATE sessions_consolidations SET consolidated_at = "
+        + ("?" if closed else "consolidated_at")
+        + ", facts_written = coalesce(facts_written, 0) + ?, method = ? WHERE path = ?",
+        [*([writer.now()] if closed else []), written, method, session.path],
     )
+    failed = set() if closed else set(session_writer.failed)
+    meta = {"path": session.path, "session_id": session.session_id}
     writer.record_event(
         NODE,
-        "consolidate",
+        "consolidate" if closed else "observe",
         "ok",
         conversation_id=session.conversation_id,
         detail=session.path,
         meta={
-            "path": session.path,
-            "session_id": session.session_id,
-            "file_hash": session.file_hash,
+            **meta,
+            **({"file_hash": session.file_hash} if closed else {}),
             "method": method,
             "facts_written": written,
-            "turns": [turn.key for turn in turns],
+            "turns": [turn.key for turn in turns if turn.key not in failed],
         },
     )
 

@@ -15,6 +15,11 @@ Those rows are buffered and written in bulk when the transaction commits.
 
 * `restore` refuses a memory that was replaced by a correction or an update while the replacement
   is active: two versions of one fact would both be served. Forget the replacement first.
+* Facts are grouped by owner (`scope.owner_key`: the user, else the conversation): the
+  neighbours a new fact is related to never belong to another user. A memory's category must
+  be defined in `categories.yaml` (`scope.check_category`).
+* `now` fixes the writer's clock (the maintenance jobs' and the tests' clocks); each stamp is a
+  microsecond after the previous one, so rows written in one transaction keep their order.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from memory_dag.embed.providers import EmbeddingProvider
 from memory_dag.memories.entity_links import EntityLinker
 from memory_dag.memories.history import HistoryLog
 from memory_dag.memories.relations import LINK_MIN, LINK_TOP_K, FactSet, related_edges, write_edges
+from memory_dag.scope import check_category, owner_key, owner_where
 from memory_dag.store.connection import fetch_dicts, to_json
 
 #: Facts decay by default (seed 004); `confirm` sets the rate to 0.
@@ -51,8 +57,19 @@ def new_memory_id(kind: str) -> str:
     return _ID_PREFIX.get(kind, kind[:4] + "_") + uuid.uuid4().hex[:20]
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+class Clock:
+    """The wall clock, or a fixed time that moves one microsecond per reading (so rows stamped
+    in one transaction keep their order)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._start = start if start is None or start.tzinfo else start.replace(tzinfo=UTC)
+        self._ticks = 0
+
+    def __call__(self) -> datetime:
+        if self._start is None:
+            return datetime.now(UTC)
+        self._ticks += 1
+        return self._start + timedelta(microseconds=self._ticks)
 
 
 @dataclass
@@ -92,8 +109,10 @@ class MemoryWriter:
         actor: str,
         link_top_k: int = LINK_TOP_K,
         link_min: float = LINK_MIN,
+        now: datetime | None = None,
     ) -> None:
         self.con = con
+        self.now = Clock(now)
         self.provider = provider
         self.actor = actor
         self.link_top_k = link_top_k
@@ -103,7 +122,7 @@ class MemoryWriter:
         self._in_transaction = False
         self._fact_sets: dict[str, FactSet] = {}
         self._vectors = VectorCache(con, provider)
-        self._log = HistoryLog(con, actor, guard=self._require_transaction)
+        self._log = HistoryLog(con, actor, guard=self._require_transaction, clock=self.now)
         #: One audit row: `history(memory_id, event, old_ref=, new_ref=, meta=)`.
         self.history = self._log.history
         #: A change-log row under the conversation's next revision; returns that revision.
@@ -162,14 +181,13 @@ class MemoryWriter:
         """Vectors of `texts`, from the embedding cache when present; new ones are cached."""
         return self._vectors.embed(texts, defer=self._in_transaction)
 
-    def facts(self, conversation_id: str | None) -> FactSet:
-        """The active facts of a conversation (None and '' are the same: no conversation)."""
-        key = conversation_id or ""
+    def facts(self, owner: str) -> FactSet:
+        """The active facts of one owner (`scope.owner_key`: a user, else a conversation)."""
+        key = owner
         if key not in self._fact_sets:
+            where, params = owner_where(owner)
             rows = self.con.execute(
-                "SELECT id, content FROM facts WHERE coalesce(conversation_id, '') = ? "
-                "ORDER BY created_at, id",
-                [key],
+                f"SELECT id, content FROM facts WHERE {where} ORDER BY created_at, id", params
             ).fetchall()
             texts = [row[1] for row in rows]
             self._fact_sets[key] = FactSet([row[0] for row in rows], texts, self.embed(texts))
@@ -208,7 +226,7 @@ class MemoryWriter:
         self.con.execute(
             "UPDATE memories SET valid_until = ?, state = 'soft_deleted', replaced_by = ? "
             "WHERE id = ?",
-            [_now(), memory_id, old_id],
+            [self.now(), memory_id, old_id],
         )
         self._forget_fact(old)
         self._insert(memory_id, memory, supersedes=old_id)
@@ -234,7 +252,7 @@ class MemoryWriter:
         """Mark a memory inactive (never removes the row); `new_ref` names what superseded it."""
         self._require_transaction()
         old = self.active(memory_id)
-        now = _now()
+        now = self.now()
         purge_at = now + timedelta(days=purge_after_days) if purge_after_days else None
         self.con.execute(
             "UPDATE memories SET valid_until = ?, state = 'soft_deleted', purge_at = ? "
@@ -266,13 +284,13 @@ class MemoryWriter:
         # confidence, so the next night's decay or TTL does not take the memory away again.
         self.con.execute(
             "UPDATE memories SET valid_until = NULL, state = 'active', purge_at = NULL, "
-            "last_accessed = now(), access_count = access_count + 1, "
+            "last_accessed = ?, access_count = access_count + 1, "
             "confidence = greatest(confidence, 1.0) WHERE id = ?",
-            [memory_id],
+            [self.now(), memory_id],
         )
         self.link_entities([(memory_id, row["content"])])  # decay removed its links
         if row["kind"] == "fact":
-            key = row["conversation_id"] or ""
+            key = owner_key(row["user_id"], row["conversation_id"])
             if key in self._fact_sets:
                 vector = self.embed([row["content"]])[0]
                 self._fact_sets[key].add(memory_id, row["content"], vector)
@@ -323,7 +341,7 @@ class MemoryWriter:
                 memory_id,
                 detail,
                 to_json(meta or {}),
-                _now(),
+                self.now(),
             ],
         )
         if status == "error":
@@ -336,6 +354,7 @@ class MemoryWriter:
     # ----------------------------------------------------------------- internals
 
     def _insert(self, memory_id: str, memory: NewMemory, supersedes: str | None = None) -> None:
+        check_category(memory.category)
         self.con.execute(
             """
             INSERT INTO memories (id, kind, content, conversation_id, session_id, user_id,
@@ -354,7 +373,7 @@ class MemoryWriter:
                 memory.source_role,
                 memory.speaker,
                 memory.event_time,
-                _now(),
+                self.now(),
                 memory.confidence,
                 memory.importance,
                 memory.category,
@@ -374,7 +393,7 @@ class MemoryWriter:
             return
         started = time.perf_counter()
         vector = self.embed([memory.content])[0]
-        facts = self.facts(memory.conversation_id)
+        facts = self.facts(owner_key(memory.user_id, memory.conversation_id))
         self._pending_edges += related_edges(
             memory_id, vector, facts, self.link_top_k, self.link_min
         )
@@ -383,7 +402,7 @@ class MemoryWriter:
 
     def _forget_fact(self, row: dict[str, Any]) -> None:
         if row["kind"] == "fact":
-            key = row["conversation_id"] or ""
+            key = owner_key(row["user_id"], row["conversation_id"])
             if key in self._fact_sets:
                 self._fact_sets[key].remove(row["id"])
 

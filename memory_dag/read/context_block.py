@@ -18,6 +18,11 @@ order shown; the summary takes at most `SUMMARY_SHARE` of the budget, paragraphs
 reflection) are cut to the room left, and the first whole line (a change, a memory, a related
 memory) that does not fit ends the block, so nothing of lower rank jumps ahead of it.
 
+Everything in the block is read through one `Scope` (`memory_dag/scope.py`): the memories,
+the related bullets (candidates of the same filtered search), the delta header (the change
+log filtered by the same scope), the summary and the reflection (shown only when the scope
+may read every category they were made from). A scoped store asked without a user fails.
+
 Store reads use one short read-only connection that does not wait: while a pipeline holds
 the store, the block is built from the published index alone and says so in `notes`.
 """
@@ -34,17 +39,12 @@ from memory_dag.index.search import SearchFilters
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.memories.categories import CategoryConfig, load_categories
 from memory_dag.memories.change_log import changes
-from memory_dag.read.query import (
-    MemoryQuery,
-    fit_tokens,
-    index_kinds,
-    readable_kinds,
-    search_filters,
-)
+from memory_dag.read.query import fit_tokens, index_kinds
 from memory_dag.read.results import Candidate, RetrievalResult
 from memory_dag.read.retriever import RetrievalConfig, Retriever
-from memory_dag.store.connection import StoreLockedError, open_store
-from memory_dag.summaries.conversation_summaries import final_summary
+from memory_dag.scope import Scope, store_users
+from memory_dag.store.connection import StoreLockedError, fetch_dicts, open_store
+from memory_dag.summaries.conversation_summaries import read_final_summary
 
 #: Seed 002's injection hook: 5 memories, 500 tokens, minimum score 0.3.
 MAX_MEMORIES = 5
@@ -98,33 +98,34 @@ class _StoreView:
 
 def build_context(
     message: str,
-    conversation_id: str,
+    scope: Scope,
     *,
     settings: Settings | None = None,
     max_tokens: int = MAX_TOKENS,
     max_memories: int = MAX_MEMORIES,
     min_score: float = MIN_SCORE,
     since_rev: int | None = None,
-    agent: str | None = None,
-    user_id: str | None = None,
     exclude_session: str | None = None,
     categories: CategoryConfig | None = None,
     retriever: Retriever | None = None,
     config: RetrievalConfig | None = None,
     now: datetime | None = None,
 ) -> ContextBlock:
-    """The block to inject before the agent answers `message` in `conversation_id`.
+    """The block to inject before the agent answers `message` in the scope's conversation.
 
-    `agent` (optional) restricts memories to its allowlist; `since_rev` is the revision the
-    agent saw last (default: the last `DELTA_REVISIONS` revisions).
+    `scope` (`Scope.of(conversation_id=..., user_id=..., agent=...)`) decides what may be
+    shown; `since_rev` is the revision the agent saw last (default: the last
+    `DELTA_REVISIONS` revisions).
     """
+    if scope.conversation_id is None:
+        raise ValueError("a context block is for one conversation: the scope names none")
     settings = settings or Settings.load()
     categories = categories or load_categories()
     retriever = retriever or Retriever(settings, config)
+    scope.check_index(retriever.searcher.index)
     notes: list[str] = []
-    filters, always = _scope(
-        message, conversation_id, agent, user_id, categories, index_kinds(retriever)
-    )
+    filters = scope.search_filters(index_kinds(retriever), exclude=OWN_SECTION_KINDS)
+    always = _always_categories(scope, categories)
     result = retriever.retrieve(
         message,
         top_k=max_memories,
@@ -141,7 +142,7 @@ def build_context(
     related = [
         f"[{_label(r.category, r.role, r.kind)}] {_one_line(r.text)}" for r in result.related
     ]
-    view = _read_store(settings, conversation_id, since_rev, notes)
+    view = _read_store(settings, scope, since_rev, notes)
 
     summary = [view.summary] if view and view.summary else []
     reflection = [view.reflection] if view and view.reflection else []
@@ -180,7 +181,7 @@ def injection_hook(
     def hook(message: str, conversation_id: str) -> str:
         return build_context(
             message,
-            conversation_id,
+            Scope.of(conversation_id=conversation_id),
             settings=settings,
             max_tokens=max_tokens,
             max_memories=max_memories,
@@ -194,26 +195,13 @@ def injection_hook(
 # --- parts ---------------------------------------------------------------------------------
 
 
-def _scope(
-    message: str,
-    conversation_id: str,
-    agent: str | None,
-    user_id: str | None,
-    categories: CategoryConfig,
-    kinds: list[str],
-) -> tuple[SearchFilters, list[str]]:
-    """Index filters for the conversation (and the agent's allowlist), and the categories
-    whose memories are always shown (`context: all`)."""
-    if agent is None:
-        kinds = readable_kinds(kinds, OWN_SECTION_KINDS, procedural=False)
-        always = [c.name for c in categories.all() if c.context == "all"]
-        return SearchFilters(conversation=conversation_id, user_id=user_id, kind=kinds), always
-    request = MemoryQuery(agent=agent, query=message)
-    filters, wanted = search_filters(
-        request, categories, user_id=user_id, kinds=kinds, exclude_kinds=OWN_SECTION_KINDS
-    )
-    always = [c for c in wanted if categories.get(c).context == "all"]
-    return replace(filters, conversation=conversation_id), always
+def _always_categories(scope: Scope, categories: CategoryConfig) -> list[str]:
+    """Categories whose memories are always shown (`context: all`) that the scope may read."""
+    return [
+        c.name
+        for c in categories.all()
+        if c.context == "all" and (scope.categories is None or c.name in scope.categories)
+    ]
 
 
 def _always_shown(
@@ -230,7 +218,7 @@ def _always_shown(
         message, top_k=ALWAYS_LIMIT, filters=replace(filters, category=always), threshold=0.0,
         now=now,
     )  # fmt: skip
-    return [_candidate_line(c) for c in result.items]
+    return [_candidate_line(c) for c in result.items if not c.superseded]
 
 
 def _memory_lines(
@@ -240,6 +228,8 @@ def _memory_lines(
     lines = list(always)
     shown: dict[str, int] = {}
     for candidate in result.items:
+        if candidate.superseded:
+            continue  # what a newer statement overruled is not current: never shown as such
         line = _candidate_line(candidate)
         name = candidate.hit.category or categories.uncategorized or ""
         limit = _rag_length(categories, name)
@@ -269,21 +259,25 @@ def _one_line(text: str) -> str:
 
 
 def _read_store(
-    settings: Settings, conversation_id: str, since_rev: int | None, notes: list[str]
+    settings: Settings, scope: Scope, since_rev: int | None, notes: list[str]
 ) -> _StoreView | None:
-    """Revision, delta header, final summary and latest reflection; None if the store is busy."""
+    """Revision, delta header, final summary and latest reflection the scope may read; None if
+    the store is busy."""
+    conversation_id = scope.conversation_id
     try:
         with open_store(settings.db_path, read_only=True, lock_timeout=0.0) as con:
+            scope.check_store(store_users(con))
             row = con.execute(
                 "SELECT rev FROM conversation_revisions WHERE conversation_id = ?",
                 [conversation_id],
             ).fetchone()
-            reflection = con.execute(
-                "SELECT content FROM memories WHERE kind = 'reflection' AND valid_until IS NULL "
-                "AND state = 'active' AND (conversation_id = ? OR conversation_id IS NULL) "
-                "ORDER BY created_at DESC LIMIT 1",
-                [conversation_id],
-            ).fetchone()
+            reflections = fetch_dicts(
+                con,
+                "SELECT content, kind, user_id, conversation_id, session_id, category, "
+                "attributes FROM memories WHERE kind = 'reflection' AND valid_until IS NULL "
+                "AND state = 'active' ORDER BY created_at DESC, id DESC",
+            )
+            summary = read_final_summary(con, conversation_id) if conversation_id else None
     except FileNotFoundError:
         notes.append("no store: no delta header, summary or reflection")
         return None
@@ -292,13 +286,19 @@ def _read_store(
         return None
     rev = int(row[0]) if row else 0
     since = max(rev - DELTA_REVISIONS, 0) if since_rev is None else since_rev
-    delta = changes(settings, since, conversation_id).header if rev > since else ""
-    summary = final_summary(conversation_id, settings)
+    delta = changes(settings, since, scope=scope).header if rev > since else ""
+    readable = scope.filter(reflections, across_conversations=True)
+    summary_row = {
+        "kind": "summary",
+        "user_id": None,
+        "conversation_id": conversation_id,
+        "attributes": {"source_categories": summary.source_categories} if summary else None,
+    }
     return _StoreView(
         rev=rev,
         delta=delta,
-        summary=summary.content if summary else None,
-        reflection=reflection[0] if reflection else None,
+        summary=summary.content if summary and scope.allows(summary_row) else None,
+        reflection=readable[0]["content"] if readable else None,
     )
 
 

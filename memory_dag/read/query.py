@@ -1,20 +1,23 @@
 """memory.query (seed 003 §6, §6.1, §11): the one memory tool of the supervisor and sub-agents.
 
     query_memory(MemoryQuery(agent="planner", query="deployment plan", categories=["tasks"]),
-                 settings=settings, user_id="alice")
+                 scope=Scope.of(user_id="alice"), settings=settings)
 
-Enforced here, whatever the request says:
+Enforced here, whatever the request says, through the scope boundary (`memory_dag/scope.py`):
 - categories ⊆ the agent's allowlist (`categories.yaml`), else `AccessDenied`;
-- the caller's user (`user_id=`, bound by the server, never taken from the request) scopes
-  every read; a request filter naming another user is `AccessDenied`;
+- the caller's scope (its user bound by the server, never taken from the request) scopes
+  every read; a request filter naming another user is `AccessDenied`; a scoped store (memories
+  of several users) asked without a user is `ScopeRequired`;
 - every filter is a `SearchFilters` field, applied to the index rows before ranking;
 - `procedural` memories only when the request names that category;
+- a transcript turn superseded by a newer fact is ranked below it and marked (`superseded_by`);
 - the results' texts fit `budget_tokens` (tiktoken counts; whole results, and only when not
   even the first fits is it cut).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Literal
 
@@ -23,9 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from memory_dag.config import Settings
 from memory_dag.index.search import SearchFilters
 from memory_dag.ingest.tokens import count_tokens, decode, encode
-from memory_dag.memories.categories import PROCEDURAL, AccessDenied, CategoryConfig, load_categories
+from memory_dag.memories.categories import AccessDenied, CategoryConfig, load_categories
 from memory_dag.read.results import Candidate
 from memory_dag.read.retriever import RetrievalConfig, Retriever
+from memory_dag.scope import Scope
 
 ELLIPSIS = "…"
 #: Seed 000 §3: summaries are not ranked with memories (the context block shows the final one).
@@ -76,6 +80,9 @@ class MemoryBullet(BaseModel):
 
 class MemoryFull(MemoryBullet):
     kind: str
+    #: A transcript turn a newer statement superseded, and what superseded it (when known).
+    superseded: bool = False
+    superseded_by: str | None = None
     score: float
     relevance: float
     source: str
@@ -107,21 +114,24 @@ class MemoryQueryResponse(BaseModel):
     stages: list[str]
 
 
-def search_filters(
-    request: MemoryQuery,
-    categories: CategoryConfig,
-    *,
-    user_id: str | None,
-    kinds: list[str],
-    exclude_kinds: tuple[str, ...] = UNRANKED_KINDS,
-) -> tuple[SearchFilters, list[str]]:
-    """The index filters of a request and the categories it reads; AccessDenied if not allowed.
+def request_scope(
+    request: MemoryQuery, caller: Scope | None, categories: CategoryConfig
+) -> tuple[Scope, list[str]]:
+    """The scope a request reads and its categories in order; AccessDenied if not allowed.
 
-    `user_id` is the caller's user; `kinds` are the kinds the index holds, of which
-    `exclude_kinds` and (unless asked for) procedural memories are left out.
+    `caller` is who asks (its user bound by the server). The request may narrow it: its
+    categories (within the agent's allowlist), `filters.category`, `filters.run_id`, and, for
+    a caller without a user, `filters.user_id`.
     """
-    wanted = categories.resolve(request.agent, request.categories)
+    caller = caller or Scope()
+    if caller.agent is not None and caller.agent != request.agent:
+        raise AccessDenied(
+            f"the request names agent {request.agent!r}; the caller is {caller.agent!r}"
+        )
     given = request.filters
+    if caller.user_id is not None and given.user_id not in (None, caller.user_id):
+        raise AccessDenied(f"filters.user_id {given.user_id!r} is not the caller's user")
+    wanted = categories.resolve(request.agent, request.categories)
     if given.category is not None:
         allowed = categories.allowlist(request.agent)
         if given.category not in allowed:
@@ -130,32 +140,34 @@ def search_filters(
                 f"its allowlist is {allowed}"
             )
         wanted = [c for c in wanted if c == given.category]
-    if user_id is not None and given.user_id not in (None, user_id):
-        raise AccessDenied(f"filters.user_id {given.user_id!r} is not the caller's user")
-    values: list[str | None] = list(wanted)
-    if categories.uncategorized in wanted:
-        values.append(None)  # turns and notes, read as the `uncategorized` category
-    filters = SearchFilters(
-        user_id=user_id if user_id is not None else given.user_id,
+    if caller.categories is not None and not set(wanted) <= caller.categories:
+        denied = sorted(set(wanted) - caller.categories)
+        raise AccessDenied(f"the caller may not read {denied}")
+    scope = Scope.of(
+        user_id=caller.user_id or given.user_id,
+        agent=request.agent,
+        run_id=given.run_id or caller.run_id,
+        conversation_id=caller.conversation_id,
+        categories=request.categories,
+        config=categories,
+    )
+    return replace(scope, categories=frozenset(wanted)), wanted
+
+
+def query_filters(request: MemoryQuery, scope: Scope, kinds: list[str]) -> SearchFilters:
+    """The index filters of a request: the scope's, then the request's own narrowing filters."""
+    given = request.filters
+    return replace(
+        scope.search_filters(kinds, exclude=UNRANKED_KINDS),
         agent_id=given.agent_id,
-        session=given.run_id,
         speaker=given.actor_id,
         role=given.role,
-        category=values,  # type: ignore[arg-type]  # None selects rows without a category
-        kind=readable_kinds(kinds, exclude_kinds, procedural=PROCEDURAL in wanted),
         pinned=given.pinned,
         importance_min=given.importance_min,
         importance_max=given.importance_max,
         updated_after=given.updated_after,
         updated_before=given.updated_before,
     )
-    return filters, wanted
-
-
-def readable_kinds(kinds: list[str], exclude: tuple[str, ...], *, procedural: bool) -> list[str]:
-    """The index's kinds a read may return."""
-    left_out = set(exclude) | (set() if procedural else {PROCEDURAL})
-    return [k for k in kinds if k not in left_out]
 
 
 def index_kinds(retriever: Retriever) -> list[str]:
@@ -166,19 +178,19 @@ def index_kinds(retriever: Retriever) -> list[str]:
 def query_memory(
     request: MemoryQuery,
     *,
+    scope: Scope | None = None,
     settings: Settings | None = None,
-    user_id: str | None = None,
     categories: CategoryConfig | None = None,
     retriever: Retriever | None = None,
     config: RetrievalConfig | None = None,
 ) -> MemoryQueryResponse:
-    """Answer one memory.query call; `user_id` is the user the caller is bound to."""
+    """Answer one memory.query call; `scope` is the caller (its user bound by the server)."""
     settings = settings or Settings.load()
     categories = categories or load_categories()
     retriever = retriever or Retriever(settings, config)
-    filters, wanted = search_filters(
-        request, categories, user_id=user_id, kinds=index_kinds(retriever)
-    )
+    scope, wanted = request_scope(request, scope, categories)
+    scope.check_index(retriever.searcher.index)
+    filters = query_filters(request, scope, index_kinds(retriever))
     result = retriever.retrieve(
         request.query, top_k=request.top_k, filters=filters, threshold=request.threshold
     )
@@ -204,12 +216,15 @@ def _render(
     category = hit.category or uncategorized
     if mode == "bullets":
         line = " ".join(candidate.text.split())
-        return MemoryBullet(id=hit.id, category=category, text=f"[{category}] {line}")
+        label = f"{category}, superseded" if candidate.superseded else category
+        return MemoryBullet(id=hit.id, category=category, text=f"[{label}] {line}")
     return MemoryFull(
         id=hit.id,
         category=category,
         text=candidate.text,
         kind=hit.kind,
+        superseded=candidate.superseded,
+        superseded_by=candidate.superseded_by,
         score=round(candidate.score, 6),
         relevance=round(candidate.relevance, 6),
         source=hit.source,

@@ -25,6 +25,10 @@ class Candidate:
     recency: float | None = None
     relation_strength: float = 0.0
     entity_matches: int = 0
+    #: A transcript turn whose statement a newer one contradicted, replaced or forgot.
+    superseded: bool = False
+    #: The memory that superseded it, when known.
+    superseded_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,6 +41,8 @@ class Candidate:
             "recency": None if self.recency is None else round(self.recency, 6),
             "relation_strength": round(self.relation_strength, 6),
             "entity_matches": self.entity_matches,
+            "superseded": self.superseded,
+            "superseded_by": self.superseded_by,
         }
 
 

@@ -19,6 +19,12 @@ off in `RetrievalConfig`, and `RetrievalResult.stages` records which ran and why
                offered beside the results are other candidates of the pool, so they passed
                the same filters (categories, user) inside the index.
 8. insight     score ·= insight_weight for `insight` memories.
+8b. current   what the memory holds now ranks first. A transcript turn whose statement a
+               newer one contradicted or replaced (or that was forgotten) is marked superseded,
+               keeps score ·= superseded_weight and stays below the memory that superseded it
+               when that is a candidate too (the context block leaves it out: it is no longer
+               current). A turn ranks just below a fact drawn from it when both are
+               candidates: the fact says what the memory concluded from the turn.
 9. mmr         greedy λ·score − (1 − λ)·max cosine to what is already selected, over the
                candidates' index vectors, with the scores min-max scaled to [0, 1] over the
                pool first: cosines span [0, 1], while fused scores crowd into ~0.3–0.7 (the
@@ -35,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeGuard
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -82,6 +88,8 @@ class RetrievalConfig(BaseModel):
     relation_weight: float = Field(0.1, ge=0.0)
     insight: bool = True
     insight_weight: float = Field(0.5, ge=0.0, le=1.0)
+    current: bool = True
+    superseded_weight: float = Field(0.5, ge=0.0, le=1.0)
     mmr: bool = True
     mmr_lambda: float = Field(0.7, ge=0.0, le=1.0)
     track_access: bool = True
@@ -145,8 +153,11 @@ class Retriever:
         for candidate in pool:
             candidate.score = candidate.relevance
         self._recency_stage(pool, now, stages)
-        self._relations_stage(pool, signals, stages)
+        if self._store_stage(signals, "relations", config.relations, stages):
+            self._relations_stage(pool, signals, stages)
         self._insight_stage(pool, stages)
+        if self._store_stage(signals, "current", config.current, stages):
+            self._current_stage(pool, signals, stages)
         items = self._select(pool, top_k, searcher.index, stages)
 
         shown = {i for c in items for i in c.memory_ids}
@@ -271,15 +282,19 @@ class Retriever:
         detail = f"w {config.recency_weight}, scale {config.recency_scale_days} d"
         stages.append(StageRun("recency", True, f"{detail}, {undated} undated", len(pool)))
 
+    @staticmethod
+    def _store_stage(
+        signals: StoreSignals | None, name: str, enabled: bool, stages: list[StageRun]
+    ) -> TypeGuard[StoreSignals]:
+        """Whether a stage that needs the store's `signals` runs; records why not."""
+        if enabled and signals is not None:
+            return True
+        stages.append(StageRun(name, False, "store not read" if enabled else "off"))
+        return False
+
     def _relations_stage(
-        self, pool: list[Candidate], signals: StoreSignals | None, stages: list[StageRun]
+        self, pool: list[Candidate], signals: StoreSignals, stages: list[StageRun]
     ) -> None:
-        if not self.config.relations:
-            stages.append(StageRun("relations", False, "off"))
-            return
-        if signals is None:
-            stages.append(StageRun("relations", False, "store not read"))
-            return
         linked = 0
         for candidate in pool:
             strengths = [signals.edges[i][0][1] for i in candidate.memory_ids if i in signals.edges]
@@ -299,6 +314,37 @@ class Retriever:
             candidate.score *= self.config.insight_weight
         detail = f"x {self.config.insight_weight} for {len(insights)} insights"
         stages.append(StageRun("insight", True, detail, len(pool)))
+
+    def _current_stage(
+        self, pool: list[Candidate], signals: StoreSignals, stages: list[StageRun]
+    ) -> None:
+        by_memory = {i: c for c in pool for i in c.memory_ids}
+        marked = below_fact = 0
+        for candidate in pool:
+            overruled = [i for i in candidate.memory_ids if i in signals.superseded]
+            if overruled:
+                candidate.superseded = True
+                candidate.superseded_by = signals.superseded[overruled[0]]
+                candidate.score *= self.config.superseded_weight
+                newer = by_memory.get(candidate.superseded_by or "")
+                if newer is not None:
+                    candidate.score = min(candidate.score, newer.score - 1e-6)
+                marked += 1
+                continue
+            drawn = [
+                by_memory[fact]
+                for i in candidate.memory_ids
+                for fact in signals.facts_of.get(i, [])
+                if fact in by_memory
+            ]
+            if drawn:
+                candidate.score = min(candidate.score, min(f.score for f in drawn) - 1e-6)
+                below_fact += 1
+        detail = (
+            f"{marked} superseded turns x {self.config.superseded_weight}, "
+            f"{below_fact} turns below their facts"
+        )
+        stages.append(StageRun("current", True, detail, len(pool)))
 
     def _select(
         self, pool: list[Candidate], top_k: int, index: PublishedIndex, stages: list[StageRun]

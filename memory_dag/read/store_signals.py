@@ -1,5 +1,6 @@
 """What the store knows that the published index may not (yet): memories soft-deleted or
-expired since the index was built, live relations, entity links of the query's names.
+expired since the index was built, live relations, entity links of the query's names, and
+transcript turns a newer statement superseded (`lookups.superseded_turns`).
 
 Read once per store version (a short read-only connection), never while a pipeline holds
 the store for longer than the caller allows.
@@ -15,6 +16,7 @@ from typing import Any
 from memory_dag.ids import episode_id
 from memory_dag.index.search import SearchHit
 from memory_dag.memories.entities import extract_entities
+from memory_dag.memories.lookups import superseded_turns
 from memory_dag.read.results import Candidate, RelatedMemory
 from memory_dag.store.connection import StoreLockedError, open_store
 
@@ -31,6 +33,10 @@ class StoreSignals:
     edges: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     #: memory id → how many entities named by the query it is linked to (per query).
     entity_matches: dict[str, int] = field(default_factory=dict)
+    #: episode id → the memory that superseded what the turn said (None: forgotten).
+    superseded: dict[str, str | None] = field(default_factory=dict)
+    #: episode id → the active facts drawn from it.
+    facts_of: dict[str, list[str]] = field(default_factory=dict)
 
 
 def store_signature(db_path: Path) -> tuple[int, ...] | None:
@@ -91,7 +97,15 @@ def _read_snapshot(con: Any, signature: tuple[int, ...]) -> StoreSignals:
         ORDER BY r.strength DESC, r.from_id, r.to_id
         """
     ).fetchall()
-    snapshot = StoreSignals(signature=signature, dead={row[0] for row in dead})
+    drawn = con.execute(
+        "SELECT unnest(source_ids) AS episode, id FROM memories WHERE kind = 'fact' "
+        "AND valid_until IS NULL AND state = 'active' ORDER BY 1, 2"
+    ).fetchall()
+    snapshot = StoreSignals(
+        signature=signature, dead={row[0] for row in dead}, superseded=superseded_turns(con)
+    )
+    for episode, fact in drawn:
+        snapshot.facts_of.setdefault(episode, []).append(fact)
     for from_id, to_id, strength in edges:
         snapshot.edges.setdefault(from_id, []).append((to_id, strength))
         snapshot.edges.setdefault(to_id, []).append((from_id, strength))
@@ -147,7 +161,7 @@ def related_candidates(
     """Candidates linked to a result but not shown, strongest link first.
 
     Only candidates qualify: they come from the same filtered search, so a relation never
-    reaches past the categories or the user the request may read.
+    reaches past the categories or the user the request may read; superseded turns never do.
     """
     if signals is None:
         return []
@@ -158,7 +172,7 @@ def related_candidates(
         for memory_id in item.memory_ids:
             for other, strength in signals.edges.get(memory_id, []):
                 candidate = by_memory.get(other)
-                if candidate is None or other in shown:
+                if candidate is None or other in shown or candidate.superseded:
                     continue
                 if other in related and related[other].strength >= strength:
                     continue

@@ -270,6 +270,44 @@ MIGRATIONS: list[str] = [
     CREATE OR REPLACE VIEW facts AS
         SELECT * FROM memories WHERE kind = 'fact' AND valid_until IS NULL AND state = 'active';
     """,
+    # 2 → 3: the consent queue (seed 003 §10); episodes show the user a transcript line names.
+    """
+    -- A proposed change to a user-context field (preferred name, pronouns, city, language,
+    -- tone, ...): applied only on consent (sensitive) or when corroborated (benign).
+    CREATE TABLE IF NOT EXISTS consent_queue (
+        id              TEXT PRIMARY KEY,   -- cns_*
+        memory_id       TEXT NOT NULL,      -- the fact the change replaces or removes
+        field           TEXT NOT NULL,      -- preferred_name | pronouns | city | language | ...
+        sensitivity     TEXT NOT NULL,      -- sensitive | benign
+        action          TEXT NOT NULL,      -- replace | remove
+        current_text    TEXT NOT NULL,
+        proposed_text   TEXT,               -- NULL for remove
+        user_id         TEXT,
+        conversation_id TEXT,
+        session_id      TEXT,
+        speaker         TEXT,
+        source_role     TEXT,
+        category        TEXT,
+        importance      INTEGER,
+        event_time      TIMESTAMPTZ,
+        source_ids      TEXT[] NOT NULL DEFAULT [],   -- the turns that proposed it
+        signals         INTEGER NOT NULL DEFAULT 1,   -- how many turns said it
+        proposed_at     TIMESTAMPTZ NOT NULL,
+        expires_at      TIMESTAMPTZ NOT NULL,
+        -- pending | accepted | rejected | expired | applied (corroborated) | stale
+        status          TEXT NOT NULL DEFAULT 'pending',
+        decided_at      TIMESTAMPTZ,
+        decided_by      TEXT,
+        result_id       TEXT,               -- the fact written when applied
+        meta            JSON
+    );
+
+    CREATE OR REPLACE VIEW episodes AS
+        SELECT id, turn_id, session_id, conversation_id, source_role AS role, speaker, content,
+               event_time, line, path, user_id
+        FROM memories WHERE kind = 'episode';
+
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

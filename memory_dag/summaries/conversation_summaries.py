@@ -2,7 +2,19 @@
 
 Input (seed 001 §2.4, seed 000 §4.4): every turn of the conversation rendered `Speaker: text`
 under a dated header per session (transcript episodes, then `entries/<id>/turns/` notes), the
-facts recorded since the last summary, and the previous L3 as the rolling prior.
+conversation's shared facts recorded since the last summary (a user's own facts are that
+user's, not the conversation's: `memory_dag/scope.py`), and the previous L3 as the rolling
+prior. A turn whose statement a newer one superseded (`lookups.superseded_turns`) is marked
+`[superseded]`: an LLM reads it as history, and the extractive summarizer never quotes it as
+if it were current.
+
+Provenance: every summary row has `source_ids`, what it summarises, so it leads back to its
+sources in SQL like a fact does: an L1 (or a BRIEF/STANDARD L3) names the episodes, facts and
+entry notes (by path) its part of the input holds, an L2 its L1 rows, an L3 of a tree its L2
+(or, DETAILED, L1) rows, and a rolling L3 also the retired summary it continued
+(`…:L3:final#g<n>`). `attributes.source_categories` lists the categories of everything under
+a node (turns read as the `uncategorized` one): the scope boundary shows a summary only to
+agents that may read all of them.
 
 Output: `memories` rows of kind 'summary' with the tree metadata of seed 001 §3.3 in
 `attributes` (read them through the `summaries` view). Active rows carry the deterministic ids
@@ -15,7 +27,7 @@ reader ever sees a half-written or doubled tree.
 No connection is held while the summarizer runs (it may call an LLM for minutes): the store
 is opened once to read and once to write.
 
-Kept as one module (~550 lines): gathering a conversation's input, writing its tree in one
+Kept as one module (~620 lines): gathering a conversation's input, writing its tree in one
 transaction and reading it back share one row layout; split, it would be spread over files.
 """
 
@@ -37,12 +49,16 @@ from pydantic import BaseModel
 from memory_dag.config import Settings
 from memory_dag.ingest.sources import Turn, render_turn
 from memory_dag.ingest.tokens import count_tokens
+from memory_dag.memories.lookups import superseded_turns
 from memory_dag.store.connection import fetch_dicts, insert_arrow, open_store, to_json
+from memory_dag.summaries.provenance import Content, Source, chunk_sources
 from memory_dag.summaries.summarizer import (
+    SUPERSEDED_MARK,
     SummarizationError,
     SummarizerConfig,
     SummaryLevel,
     SummaryResult,
+    chunk_text,
     summarize,
 )
 
@@ -84,6 +100,10 @@ class StoredSummary(BaseModel):
     valid_until: datetime | None = None
     replaced_by: str | None = None
     source_fingerprint: str | None = None  # on L3 rows: what the tree was built from
+    #: What the node summarises (see the module doc).
+    source_ids: list[str] = field(default_factory=list)
+    #: Categories of everything under the node; None on rows written before they were kept.
+    source_categories: list[str] | None = None
 
     @property
     def active(self) -> bool:
@@ -103,6 +123,8 @@ class ConversationInput:
     #: Identifies the source material (all turns, all facts) and the summarizer: unchanged
     #: means a new summary would say the same, so the run is skipped.
     fingerprint: str
+    #: Where each turn, fact and entry sits in `content`, in order.
+    sources: tuple[Source, ...] = ()
 
 
 @dataclass
@@ -155,13 +177,13 @@ def conversation_ids(settings: Settings) -> list[str]:
 def gather_input(
     con: duckdb.DuckDBPyConnection, conversation_id: str, summarizer: str
 ) -> ConversationInput:
-    """Read a conversation's turns, facts and prior L3 into the summarizer's input."""
+    """Read a conversation's turns, shared facts and prior L3 into the summarizer's input."""
     prior = read_final_summary(con, conversation_id)
     since = prior.created_at if prior is not None else None
 
     episodes = fetch_dicts(
         con,
-        "SELECT turn_id, session_id, role, speaker, content, event_time, line, path "
+        "SELECT id, turn_id, session_id, role, speaker, content, event_time, line, path "
         "FROM episodes WHERE conversation_id = ? ORDER BY path, line",
         [conversation_id],
     )
@@ -177,42 +199,54 @@ def gather_input(
     )
     facts = fetch_dicts(
         con,
-        "SELECT id, content, created_at FROM facts WHERE conversation_id = ? "
+        "SELECT id, content, created_at, category FROM facts "
+        "WHERE conversation_id = ? AND user_id IS NULL "
         "UNION ALL "
-        "SELECT path AS id, trim(body) AS content, created_at FROM notes "
+        "SELECT path AS id, trim(body) AS content, created_at, NULL AS category FROM notes "
         "WHERE kind = 'entry' AND conversation_id = ? AND role = 'memory' "
         "AND path LIKE 'entries/%/facts/%' "
         "ORDER BY created_at NULLS FIRST, id",
         [conversation_id, conversation_id],
     )
 
-    blocks = [_session_block(rows) for rows in _ordered_sessions(sessions)]
+    superseded = superseded_turns(con, conversation_id)
+    built = Content()
+    for number, rows in enumerate(_ordered_sessions(sessions)):
+        built.add(("\n\n" if number else "") + _session_header(rows))
+        for row in rows:
+            built.add("\n" + (SUPERSEDED_MARK if row["id"] in superseded else ""))
+            built.add(render_turn(_turn(row)), row["id"])
     if entry_turns:
-        lines = [
-            f"{(row['role'] or 'user').capitalize()}: {row['body'].strip()}" for row in entry_turns
-        ]
-        blocks.append("[conversation entries]\n" + "\n".join(lines))
-    transcript = "\n\n".join(blocks)
+        built.add(("\n\n" if sessions else "") + "[conversation entries]")
+        for row in entry_turns:
+            built.add("\n")
+            label = (row["role"] or "user").capitalize()
+            built.add(f"{label}: {row['body'].strip()}", row["path"])
+    transcript = "".join(built.parts)
     new_facts = [
-        row["content"]
+        row
         for row in facts
         if row["content"] and (since is None or (row["created_at"] and row["created_at"] > since))
     ]
-    content = transcript
     if new_facts:
-        content += "\n\n" + FACTS_HEADER + "\n" + "\n".join(f"- {fact}" for fact in new_facts)
+        built.add("\n\n" + FACTS_HEADER)
+        for row in new_facts:
+            built.add("\n- ")
+            built.add(row["content"], row["id"], row["category"])
+    content, sources = built.text()
 
     digest = hashlib.sha256()
     for part in [summarizer, transcript, *sorted(f"{r['id']}\x00{r['content']}" for r in facts)]:
         digest.update(part.encode("utf-8") + b"\x00")
     return ConversationInput(
         conversation_id=conversation_id,
-        content=content.strip(),
+        content=content,
         turns=len(episodes) + len(entry_turns),
         sessions=len(sessions) + (1 if entry_turns else 0),
         facts=len(new_facts),
         prior=prior,
         fingerprint=digest.hexdigest()[:32],
+        sources=sources,
     )
 
 
@@ -228,33 +262,34 @@ def _ordered_sessions(sessions: dict[str, list[dict[str, Any]]]) -> list[list[di
     return [sessions[path] for path in sorted(sessions, key=key)]
 
 
-def _session_block(rows: list[dict[str, Any]]) -> str:
+def _session_header(rows: list[dict[str, Any]]) -> str:
     times = [row["event_time"] for row in rows if row["event_time"] is not None]
     header = f"[{rows[0]['session_id']}"
     if times:
         when = min(times)
         header += f", {when.day} {when:%B %Y, %H:%M}"
-    lines = [header + "]"]
-    for row in rows:
-        turn = Turn(
-            id=row["turn_id"],
-            session_id=row["session_id"],
-            conversation_id=None,
-            role=row["role"],
-            speaker=row["speaker"],
-            content=row["content"],
-            event_time=row["event_time"],
-            line=row["line"],
-        )
-        lines.append(render_turn(turn))
-    return "\n".join(lines)
+    return header + "]"
+
+
+def _turn(row: dict[str, Any]) -> Turn:
+    return Turn(
+        id=row["turn_id"],
+        session_id=row["session_id"],
+        conversation_id=None,
+        role=row["role"],
+        speaker=row["speaker"],
+        content=row["content"],
+        event_time=row["event_time"],
+        line=row["line"],
+    )
 
 
 def summarizer_identity(config: SummarizerConfig) -> str:
     """Part of the input fingerprint: switching to an LLM (or another model) re-summarizes."""
+    # "v2": summaries carry source_ids and source_categories; older trees are rebuilt once.
     if config.llm is None:
-        return f"extractive/{config.chunk_size}/{config.chunk_overlap}/{config.group_size}"
-    return f"llm:{config.llm.config.model}/{config.chunk_size}/{config.chunk_overlap}"
+        return f"v2/extractive/{config.chunk_size}/{config.chunk_overlap}/{config.group_size}"
+    return f"v2/llm:{config.llm.config.model}/{config.chunk_size}/{config.chunk_overlap}"
 
 
 # --- Summarize and write -------------------------------------------------------------------------
@@ -392,9 +427,10 @@ def write_summary(
                 "created_at": now,
                 "importance": 3 if attributes["is_final"] else 2,
                 "decay_rate": 0.0,  # summaries are exempt from decay and eviction (seed 000 §4.5)
+                "source_ids": source_ids,
                 "attributes": to_json(attributes),
             }
-            for node_id, content, attributes in nodes
+            for node_id, content, attributes, source_ids in nodes
         ]
         insert_arrow(con, "memories", pa.Table.from_pylist(rows, schema=_SUMMARY_SCHEMA))
         con.execute("COMMIT")
@@ -404,10 +440,11 @@ def write_summary(
     return (generation if nodes else None), int(retired)
 
 
-def _nodes(
-    gathered: ConversationInput, result: SummaryResult, generation: int
-) -> list[tuple[str, str, dict[str, Any]]]:
-    """(id, content, attributes) of every node of the result's tree; [] for NONE."""
+Node = tuple[str, str, dict[str, Any], list[str]]  # id, content, attributes, source_ids
+
+
+def _nodes(gathered: ConversationInput, result: SummaryResult, generation: int) -> list[Node]:
+    """(id, content, attributes, source_ids) of every node of the result's tree; [] for NONE."""
     if result.summary is None:
         return []
     cid = gathered.conversation_id
@@ -416,30 +453,54 @@ def _nodes(
         "method": result.method,
         "generation": generation,
     }
-    nodes: list[tuple[str, str, dict[str, Any]]] = []
+    nodes: list[Node] = []
+    categories: dict[str, set[str]] = {}  # node id -> categories under it
     tree = result.hierarchical
+    final_sources: list[str]
     if tree is not None:
+        chunks = chunk_text(gathered.content, tree.chunk_size, tree.chunk_overlap)
+        covered = chunk_sources(gathered.content, gathered.sources, chunks)
         for l1 in tree.l1_summaries:
+            node_id = summary_id(cid, 1, l1.chunk_index)
+            sources = covered[l1.chunk_index] if l1.chunk_index < len(covered) else []
+            categories[node_id] = {s.category for s in sources}
             attributes = {
                 "level": 1,
                 "chunk_index": l1.chunk_index,
                 "parent_group": l1.parent_group,
                 "is_final": False,
                 **_tokens(l1.source_tokens, l1.token_count),
+                "source_categories": sorted(categories[node_id]),
                 **common,
             }
-            nodes.append((summary_id(cid, 1, l1.chunk_index), l1.content, attributes))
+            nodes.append((node_id, l1.content, attributes, [s.id for s in sources]))
+        l1_ids = [summary_id(cid, 1, s.chunk_index) for s in tree.l1_summaries]
+        final_sources = l1_ids
         for index, text in enumerate(tree.l2_summaries):
-            covered = [s for s in tree.l1_summaries if s.parent_group == index]
+            node_id = summary_id(cid, 2, index)
+            members = [s for s in tree.l1_summaries if s.parent_group == index]
+            member_ids = [summary_id(cid, 1, s.chunk_index) for s in members]
+            categories[node_id] = set().union(*(categories[i] for i in member_ids))
             attributes = {
                 "level": 2,
                 "group_index": index,
-                "chunk_indices": [s.chunk_index for s in covered],
+                "chunk_indices": [s.chunk_index for s in members],
                 "is_final": False,
-                **_tokens(sum(s.source_tokens for s in covered), count_tokens(text)),
+                **_tokens(sum(s.source_tokens for s in members), count_tokens(text)),
+                "source_categories": sorted(categories[node_id]),
                 **common,
             }
-            nodes.append((summary_id(cid, 2, index), text, attributes))
+            nodes.append((node_id, text, attributes, member_ids))
+        if tree.l2_summaries:
+            final_sources = [summary_id(cid, 2, i) for i in range(len(tree.l2_summaries))]
+        under = set().union(*(categories[i] for i in final_sources)) if final_sources else set()
+    else:
+        final_sources = [source.id for source in gathered.sources]
+        under = {source.category for source in gathered.sources}
+    prior = gathered.prior
+    if prior is not None:  # the rolling summary continues the retired one
+        final_sources = [*final_sources, f"{prior.id}#g{prior.generation}"]
+        under |= set(prior.source_categories or [])
     final = {
         "level": 3,
         "is_final": True,
@@ -452,11 +513,12 @@ def _nodes(
         "sessions": gathered.sessions,
         "facts": gathered.facts,
         "source_fingerprint": gathered.fingerprint,
+        "source_categories": sorted(under),
         **common,
     }
     if tree is not None:
         final.update(chunk_size=tree.chunk_size, chunk_overlap=tree.chunk_overlap)
-    nodes.append((final_id(cid), result.summary, final))
+    nodes.append((final_id(cid), result.summary, final, final_sources))
     return nodes
 
 
@@ -475,6 +537,7 @@ _SUMMARY_SCHEMA = pa.schema(
         ("created_at", pa.timestamp("us", tz="UTC")),
         ("importance", pa.int32()),
         ("decay_rate", pa.float64()),
+        ("source_ids", pa.list_(pa.string())),
         ("attributes", pa.string()),
     ]
 )
@@ -538,8 +601,8 @@ def read_final_summary(
 def _load(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[StoredSummary]:
     rows = fetch_dicts(
         con,
-        "SELECT id, conversation_id, content, created_at, valid_until, replaced_by, attributes "
-        f"FROM memories WHERE kind = 'summary' AND {where}",
+        "SELECT id, conversation_id, content, created_at, valid_until, replaced_by, source_ids, "
+        f"attributes FROM memories WHERE kind = 'summary' AND {where}",
         params,
     )
     summaries = []

@@ -14,6 +14,10 @@ wrote earlier whose row is gone or retired is removed (the retired row's own fil
 `deleted/`). Files it did not write (no `generator: memory-dag` in their front matter) are never
 touched. When the target folder is the root of a git repository, the exported paths are
 committed (seed 000 §2.4).
+
+What is exported is read through a `Scope` (`memory_dag/scope.py`): a user's export holds its
+own facts, and the shared summaries and turns of the conversations it names; a scoped store
+(memories of several users) is not exported without a user.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import yaml
 
 from memory_dag.config import Settings
+from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
 from memory_dag.summaries.conversation_summaries import (
     StoredSummary,
@@ -63,21 +68,30 @@ def export_store(
     facts: bool = False,
     turns: bool = False,
     commit: bool = True,
+    scope: Scope | None = None,
 ) -> ExportReport:
-    """Write the summaries (and facts, turns) of `conversations` (default: all) under `target`."""
+    """Write the summaries (and facts, turns) of `conversations` (default: all, or the scope's)
+    under `target`, as far as `scope` may read them."""
     target = Path(target)
     report = ExportReport(target=target)
-    for conversation_id in conversations or conversation_ids(settings):
+    scope = scope or Scope()
+    with open_store(settings.db_path, read_only=True) as con:
+        scope.check_connection(con)
+    named = conversations or ([scope.conversation_id] if scope.conversation_id else None)
+    for conversation_id in named or conversation_ids(settings):
+        # Naming a conversation is asking for its shared memories; otherwise only the user's.
+        reader = scope.in_conversation(conversation_id) if named else scope
         files = {
             _summary_path(node): _document(_summary_front_matter(node), node.content)
             for node in summary_tree(conversation_id, settings, include_retired=True)
+            if reader.allows(_summary_row(node))
         }
         if facts or turns:
             with open_store(settings.db_path, read_only=True) as con:
                 if facts:
-                    files.update(_fact_files(con, conversation_id))
+                    files.update(_fact_files(con, conversation_id, reader))
                 if turns:
-                    files.update(_turn_files(con, conversation_id))
+                    files.update(_turn_files(con, conversation_id, reader))
         folder = target / "entries" / conversation_id
         owned = (
             _SUMMARY_FOLDERS + (_FACT_FOLDERS if facts else ()) + (_TURN_FOLDERS if turns else ())
@@ -137,6 +151,16 @@ def _document(front_matter: dict[str, Any], body: str) -> str:
 # --- Summaries -----------------------------------------------------------------------------------
 
 
+def _summary_row(node: StoredSummary) -> dict[str, Any]:
+    """The columns of a summary the scope checks."""
+    return {
+        "kind": "summary",
+        "user_id": None,
+        "conversation_id": node.conversation_id,
+        "attributes": {"source_categories": node.source_categories},
+    }
+
+
 def _summary_path(node: StoredSummary) -> str:
     if node.level == 1:
         name = f"chunk_{node.chunk_index}"
@@ -184,13 +208,15 @@ def _summary_front_matter(node: StoredSummary) -> dict[str, Any]:
 # --- Facts and turns -----------------------------------------------------------------------------
 
 
-def _fact_files(con: Any, conversation_id: str) -> dict[str, str]:
+def _fact_files(con: Any, conversation_id: str, scope: Scope) -> dict[str, str]:
     rows = fetch_dicts(
         con,
-        "SELECT id, content, created_at, valid_until, replaced_by, category, importance, "
-        "speaker FROM memories WHERE kind = 'fact' AND conversation_id = ?",
+        "SELECT id, kind, content, created_at, valid_until, replaced_by, category, importance, "
+        "speaker, user_id, conversation_id, session_id, attributes FROM memories "
+        "WHERE kind = 'fact' AND conversation_id = ?",
         [conversation_id],
     )
+    rows = scope.filter(rows)
     files = {}
     for row in rows:
         folder = "facts" if row["valid_until"] is None else "deleted/facts"
@@ -212,13 +238,15 @@ def _fact_files(con: Any, conversation_id: str) -> dict[str, str]:
     return files
 
 
-def _turn_files(con: Any, conversation_id: str) -> dict[str, str]:
+def _turn_files(con: Any, conversation_id: str, scope: Scope) -> dict[str, str]:
     rows = fetch_dicts(
         con,
-        "SELECT id, turn_id, session_id, role, speaker, content, event_time, path FROM episodes "
-        "WHERE conversation_id = ?",
+        "SELECT id, kind, turn_id, session_id, source_role AS role, speaker, content, "
+        "event_time, path, user_id, conversation_id, category, attributes FROM memories "
+        "WHERE kind = 'episode' AND conversation_id = ?",
         [conversation_id],
     )
+    rows = scope.filter(rows)
     files = {}
     for row in rows:
         data = {

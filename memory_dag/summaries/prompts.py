@@ -92,7 +92,9 @@ Summary:"""
 #: System message for every summary call: the answer is used verbatim as stored memory.
 SUMMARY_SYSTEM_PROMPT = (
     "You write faithful summaries for a long-term memory. Answer with the summary text only: "
-    "no preamble, no headings, no commentary. Never invent facts that are not in the input."
+    "no preamble, no headings, no commentary. Never invent facts that are not in the input. "
+    "A line starting with [superseded] was said earlier and replaced by a newer statement: "
+    "mention it only as past, never as what holds now."
 )
 
 #: Fills `{prior_context}`; an empty string when there is no prior summary.

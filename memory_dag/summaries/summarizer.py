@@ -12,7 +12,7 @@ sentences under the same per-level token budgets and builds the same tree, so le
 shape and compression metrics stay real when the pipeline runs offline. Errors fail fast
 (seed §8): an LLM failure raises SummarizationError, never a partial tree.
 
-Kept as one module (~570 lines): seed 001's summarizer is one algorithm; level choice,
+Kept as one module (~620 lines): seed 001's summarizer is one algorithm; level choice,
 chunking, middle truncation and the LLM and extractive engines share its budgets and units.
 """
 
@@ -69,6 +69,20 @@ _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _SPEAKER_LABEL = re.compile(r"^([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2}):", re.MULTILINE)
 #: Sentences with fewer content words are pleasantries ("Thanks, Gina!"), not summary material.
 MIN_CONTENT_WORDS = 5
+#: Structure, never summary material: `[session, date]` headers and lines ending in ":" (such
+#: as "Facts noted since the last summary:").
+_STRUCTURE_LINE = re.compile(r"^\[[^\]]*\]$|:$")
+#: A sentence starting with one of these points back to the one before it ("This replaces the
+#: earlier statement ..."): the two are chosen together or not at all.
+_ANAPHOR_START = re.compile(
+    r"^(?:[A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2}:\s*)?"
+    r"(?:this|that|these|those|it|its|it's|he|she|they|him|her|his|hers|them|their|theirs)\b",
+    re.IGNORECASE,
+)
+_LIST_MARKER = re.compile(r"^[-*•]\s+")
+#: Starts the line of a turn whose statement a newer one superseded: history, never quoted by
+#: the extractive summarizer as if it still held (an LLM is told what the mark means).
+SUPERSEDED_MARK = "[superseded] "
 #: How strongly the extractive selection avoids sentences similar to ones already chosen.
 _REDUNDANCY_PENALTY = 0.5
 
@@ -469,14 +483,42 @@ def split_sentences(text: str) -> list[str]:
     return [part.strip() for part in parts[::2] if part and part.strip()]
 
 
+def extraction_units(text: str) -> list[str]:
+    """The sentences of `text` an extractive summary chooses from.
+
+    Headers, label lines and superseded turns are left out; list markers are dropped; a later
+    sentence of a turn keeps its speaker's label ("Sam: ..."); a sentence that starts
+    with a pronoun pointing back ("This", "It", "He", ...) is joined to the sentence before it,
+    so it is never shown without what it refers to (and is left out when nothing precedes it).
+    """
+    units: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith(SUPERSEDED_MARK):
+            continue
+        label = _SPEAKER_LABEL.match(line)
+        for number, sentence in enumerate(split_sentences(line)):
+            if _STRUCTURE_LINE.search(sentence):
+                continue
+            sentence = _LIST_MARKER.sub("", sentence)
+            if _ANAPHOR_START.match(sentence):
+                if units:
+                    units[-1] = f"{units[-1]} {sentence}"
+                continue
+            if number and label:  # a later sentence of a turn keeps who said it
+                sentence = f"{label.group(1)}: {sentence}"
+            units.append(sentence)
+    return units
+
+
 def extract_sentences(text: str, budget: int, max_sentences: int | None = None) -> str:
     """The most central sentences of `text` that fit in `budget` tokens, in original order.
 
     Centrality is the cosine between a sentence's TF-IDF vector and the text's centroid; a
     penalty for similarity to already chosen sentences spreads the selection over the topics.
-    When no sentence fits, the most central one is cut to the budget.
+    When no sentence fits, the most central one is cut to the budget. The candidates are
+    `extraction_units` (no headers, no pronoun without its referent).
     """
-    sentences = split_sentences(text)
+    sentences = extraction_units(text)
     if not sentences:
         return ""
     # Speaker labels ("Gina: ...") are in every line of a chat: as words they would make

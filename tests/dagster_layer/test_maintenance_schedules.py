@@ -165,9 +165,9 @@ def test_reflection_runs_at_most_once_per_six_days(settings: Settings) -> None:
         assert len(a_week_later.run_requests) == 1
 
 
-def add_fact(settings: Settings, text: str) -> str:
+def add_fact(settings: Settings, text: str, at: datetime | None = None) -> str:
     with open_store(settings.db_path) as con:
-        writer = MemoryWriter(con, get_provider(settings), actor="test")
+        writer = MemoryWriter(con, get_provider(settings), actor="test", now=at)
         with writer.transaction():
             return writer.add(NewMemory(content=text, conversation_id="conv-a"))
 
@@ -199,8 +199,9 @@ def test_the_nightly_assets_materialize_over_a_store_with_metadata(settings: Set
 
 
 def test_a_decay_run_with_a_scheduled_clock_soft_deletes_a_stale_fact(settings: Settings) -> None:
-    fact = add_fact(settings, "The user's sister Priya lives in Toronto.")
-    as_of = datetime.now(UTC) + timedelta(days=40)
+    written = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a fixed clock: days are counted
+    fact = add_fact(settings, "The user's sister Priya lives in Toronto.", at=written)
+    as_of = written + timedelta(days=40)
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             [decay],

@@ -83,12 +83,12 @@ def test_sensor_requests_a_run_when_a_session_closes_and_the_run_writes_facts(
     metadata = materialize(settings)  # the requested run
     facts = metadata["facts"]
     assert facts["method"].value == "rules"
-    assert facts["sessions_consolidated"].value == 1  # s1; s2 is still open
-    assert facts["facts_added"].value == 1
+    assert facts["sessions_consolidated"].value == 1  # s1; s2 is still open...
+    assert facts["sessions_observed"].value == 1  # ...and its turns are examined as they came
+    assert facts["facts_added"].value == 3 and facts["facts_deleted"].value == 1
     assert {"extract_seconds", "reconcile_seconds", "write_seconds"} <= set(facts)
-    assert [f["content"] for f in rows(settings, "SELECT content FROM facts")] == [
-        "Sam loves pizza."
-    ]
+    active = [f["content"] for f in rows(settings, "SELECT content FROM facts ORDER BY event_time")]
+    assert active == ["Sam now hates pizza.", "Sam's wife is named Anne."]
 
     write_jsonl(
         workspace / "sessions" / DEMO / "s3.jsonl",
@@ -99,7 +99,8 @@ def test_sensor_requests_a_run_when_a_session_closes_and_the_run_writes_facts(
     [second] = started.run_requests
     assert second.run_key != request.run_key
 
-    materialize(settings)
+    closing = materialize(settings)["facts"]
+    assert closing["sessions_consolidated"].value == 1 and closing["turns_examined"].value == 1
     active = [f["content"] for f in rows(settings, "SELECT content FROM facts ORDER BY event_time")]
     assert active == ["Sam now hates pizza.", "Sam's wife is named Anne."]
     hits = search("What does Sam think of pizza?", settings=settings, kind="fact", min_score=0.0)

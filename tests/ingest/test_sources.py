@@ -202,6 +202,22 @@ def test_transcript_fields_beside_the_nested_message_are_used(tmp_path: Path) ->
     assert (turn.role, turn.speaker, turn.content) == ("user", "Sam", "inner text")
 
 
+def test_a_transcript_line_may_name_the_user_its_facts_belong_to(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "sessions/team/s.jsonl",
+        jsonl(
+            {"role": "user", "name": "Alice", "user_id": "u-alice", "content": "I love sushi"},
+            {"type": "message", "message": {"role": "user", "content": "Me too", "user_id": 42}},
+            {"role": "user", "content": "No user here", "user_id": "  "},
+        ),
+    )
+
+    turns = read(tmp_path, "sessions/team/s.jsonl").turns
+
+    assert [t.user_id for t in turns] == ["u-alice", "42", None]
+
+
 @pytest.mark.parametrize(
     ("rel_path", "conversation_id"),
     [

@@ -3,6 +3,7 @@ change, the history and change log they leave, and the index and entity links fo
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from datetime import UTC, datetime, timedelta
@@ -51,11 +52,20 @@ def with_llm(settings: Settings, server: ScriptedOpenAIServer) -> Settings:
     )
 
 
-def add(settings: Settings, text: str, **fields: Any) -> str:
-    """Write a memory the way the write path does (history, change log, entity links)."""
+#: Every test here reasons about days: memories are written at T0 (09:00) and the jobs run
+#: from NOW (10:00 the same day), whatever the wall clock says (issue 13 item 9).
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+NOW = T0 + timedelta(hours=1)
+_written = itertools.count(1)
+
+
+def add(settings: Settings, text: str, *, at: datetime | None = None, **fields: Any) -> str:
+    """Write a memory the way the write path does (history, change log, entity links), at `at`
+    (default: a second after the previous one, from T0: written in the order of the calls)."""
     fields.setdefault("conversation_id", "c1")
+    at = at or T0 + timedelta(seconds=next(_written))
     with open_store(settings.db_path) as con:
-        writer = MemoryWriter(con, get_provider(settings), actor="test")
+        writer = MemoryWriter(con, get_provider(settings), actor="test", now=at)
         with writer.transaction():
             return writer.add(NewMemory(content=text, **fields))
 
@@ -108,7 +118,7 @@ def test_decay_follows_the_formula_once_a_day_and_from_the_last_access(store: Se
     fading = add(store, "The user plays the guitar on weekends.")
     confirmed = add(store, "The user is allergic to peanuts.", decay_rate=0.0)
     created = row(store, fading)["created_at"]
-    start = datetime.now(UTC)
+    start = NOW
 
     first = start + timedelta(days=10, hours=5)
     report = decay(store, first)
@@ -156,7 +166,7 @@ def test_decay_below_threshold_soft_deletes_and_the_index_and_links_follow(
         r["id"]: r["mention_count"] for r in sql(store, "SELECT id, mention_count FROM entities")
     }
 
-    now = datetime.now(UTC) + timedelta(days=35)
+    now = NOW + timedelta(days=35)
     report = decay(store, now)
 
     assert report.counts["soft_deleted"] == 1
@@ -181,7 +191,7 @@ def test_decay_below_threshold_soft_deletes_and_the_index_and_links_follow(
     assert decay(store, now + timedelta(hours=1)).counts["soft_deleted"] == 0
     assert changes(store, fact) == ["created", "soft_deleted"]
 
-    restore(store, fact)
+    restore(store, fact, now=now + timedelta(hours=1))
     assert row(store, fact)["state"] == "active" and fact in indexed(store)
     assert changes(store, fact) == ["created", "soft_deleted", "restored"]
     # A restore is a use: links come back and the next night does not decay it away again.
@@ -200,7 +210,7 @@ def test_ttl_after_60_days_then_purge_30_days_later(store: Settings) -> None:
     pinned = add(store, "The user likes green tea.")
     used = add(store, "The user plays chess on Sundays.")
     sql(store, "UPDATE memories SET pinned = true WHERE id = ?", [pinned])
-    start = datetime.now(UTC)
+    start = NOW
     sql(
         store,
         "UPDATE memories SET last_accessed = ? WHERE id = ?",
@@ -245,19 +255,27 @@ def test_ttl_after_60_days_then_purge_30_days_later(store: Settings) -> None:
     assert row(store, used)["state"] == "active"
 
 
-def test_restore_of_a_ttl_soft_delete(store: Settings) -> None:
+def test_restore_of_a_ttl_soft_delete_survives_the_next_nights(store: Settings) -> None:
+    """Issue 13 item 8: a restore is an access at the restore's time, so the next night's
+    TTL and decay start from it instead of expiring the memory again."""
     fact = add(store, "The user went to Lisbon in May.")
     publish(store)
-    lifecycle(store, datetime.now(UTC) + timedelta(days=61))
+    expired_at = NOW + timedelta(days=61)
+    lifecycle(store, expired_at)
     assert fact not in indexed(store)
 
-    restore(store, fact)
+    restore(store, fact, now=expired_at + timedelta(hours=8))
 
     restored = row(store, fact)
     assert restored["state"] == "active" and restored["purge_at"] is None
+    assert restored["last_accessed"] == expired_at + timedelta(hours=8, microseconds=1)
     assert fact in indexed(store)
     assert [h["event"] for h in history(store, fact)] == ["ADD", "TTL", "RESTORE"]
     assert changes(store, fact) == ["created", "soft_deleted", "restored"]
+    for night in (1, 2, 30):
+        lifecycle(store, expired_at + timedelta(days=night))
+        decay(store, expired_at + timedelta(days=night, minutes=30))
+        assert row(store, fact)["state"] == "active", night
 
 
 def test_eviction_keeps_a_conversation_within_max_entries(store: Settings) -> None:
@@ -267,7 +285,7 @@ def test_eviction_keeps_a_conversation_within_max_entries(store: Settings) -> No
     other = add(store, "The user likes tea.", conversation_id="c2")
     config = MaintenanceConfig(max_entries=4)
 
-    report = lifecycle(store, datetime.now(UTC), config=config)
+    report = lifecycle(store, NOW, config=config)
 
     # 6 active in c1, 4 allowed: the two oldest evictable facts go (the pinned one is skipped).
     assert report.counts["evicted"] == 2
@@ -281,7 +299,7 @@ def test_eviction_keeps_a_conversation_within_max_entries(store: Settings) -> No
     ]
     assert states[summary] == states[other] == "active"
     assert history(store, facts[0])[-1]["event"] == "EVICT"
-    assert lifecycle(store, datetime.now(UTC), config=config).counts["evicted"] == 0
+    assert lifecycle(store, NOW, config=config).counts["evicted"] == 0
 
 
 # --------------------------------------------------------------------------- dedup / merge
@@ -292,7 +310,7 @@ def test_merging_near_duplicates_keeps_one_fact_listing_both_sources(store: Sett
     newer = add(store, "The user has a cat called Miso.", source_ids=["ep_2"])
     unrelated = add(store, "The user works as a nurse in Boston.", source_ids=["ep_3"])
     publish(store)
-    now = datetime.now(UTC)
+    now = NOW
 
     report = dedup_merge(store, now)
 
@@ -327,7 +345,7 @@ def test_a_fact_merged_twice_in_one_run_carries_every_source(
     # Three pairs in one batch, all the same fact: the newest absorbs both others in turn.
     openai_server.push(Reply.json([{"pair": i, "same": True} for i in range(3)]))
 
-    report = dedup_merge(with_llm(store, openai_server), datetime.now(UTC))
+    report = dedup_merge(with_llm(store, openai_server), NOW)
 
     assert report.counts["merged"] == 2
     active = sql(store, "SELECT id, source_ids FROM facts")
@@ -347,7 +365,7 @@ def test_merge_judged_by_the_llm_in_one_batch(
     merged_text = "The user prefers green tea to coffee."
     openai_server.push(Reply.json([{"pair": 0, "same": True, "text": merged_text}]))
 
-    report = dedup_merge(settings, datetime.now(UTC))
+    report = dedup_merge(settings, NOW)
 
     assert report.counts["merged"] == 1 and report.counts["llm_batches"] == 1
     prompt = openai_server.chat_requests[0]["body"]["messages"][0]["content"]
@@ -370,7 +388,7 @@ def test_a_failed_llm_batch_falls_back_to_the_rules(
     newer = add(store, "The user has a cat called Miso.")
     openai_server.push(Reply.status(400))
 
-    report = dedup_merge(with_llm(store, openai_server), datetime.now(UTC))
+    report = dedup_merge(with_llm(store, openai_server), NOW)
 
     assert report.counts["llm_failures"] == 1 and report.counts["merged"] == 1
     assert row(store, older)["replaced_by"] == newer
@@ -386,7 +404,7 @@ def test_dedup_judges_at_most_the_daily_cap_per_scope(store: Settings) -> None:
         add(store, "The user has a dog called Rex."),
     ]
     config = MaintenanceConfig(dedup_pairs_per_scope_per_day=1)
-    now = datetime.now(UTC)
+    now = NOW
 
     day_one = dedup_merge(store, now, config=config)
     assert (day_one.counts["judged"], day_one.counts["merged"], day_one.counts["capped"]) == (
@@ -425,7 +443,7 @@ def test_weekly_reflection_needs_three_facts_and_runs_once_per_six_days(store: S
         add(store, "The user started training for a marathon."),
         add(store, "The user runs 10 km every Tuesday."),
     ]
-    now = datetime.now(UTC)
+    now = NOW
     too_few = weekly_reflection(store, now)
     assert too_few.counts["created"] == 0 and "2 facts this week" in too_few.notes[0]
 
@@ -452,7 +470,7 @@ def test_reflection_by_the_llm_reads_the_weeks_facts_and_turns(
     add(store, "Obrigado! I finally found a flat.", kind="episode", speaker="Dana", decay_rate=0.0)
     openai_server.push(Reply.text("Dana settled into Lisbon this week: a flat, Portuguese, surf."))
 
-    report = weekly_reflection(with_llm(store, openai_server), datetime.now(UTC))
+    report = weekly_reflection(with_llm(store, openai_server), NOW)
 
     assert report.counts["created"] == 1
     prompt = openai_server.chat_requests[0]["body"]["messages"][0]["content"]
@@ -467,7 +485,7 @@ def test_reflection_by_the_llm_reads_the_weeks_facts_and_turns(
 
 def test_insights_without_an_llm_are_skipped_and_say_why(store: Settings) -> None:
     add(store, "The user apologised for being late again.")
-    report = insights(store, datetime.now(UTC))
+    report = insights(store, NOW)
     assert report.skipped and "need an LLM" in report.notes[0]
     assert sql(store, "SELECT id FROM memories WHERE kind = 'insight'") == []
 
@@ -489,7 +507,7 @@ def test_insights_from_recent_activity_at_most_once_a_day(
             }
         )
     )
-    now = datetime.now(UTC)
+    now = NOW
 
     report = insights(settings, now)
 
@@ -542,7 +560,7 @@ def test_procedures_are_stored_and_left_out_of_default_retrieval(store: Settings
 
 def test_entity_enrichment_is_skipped_without_an_accurate_extractor(store: Settings) -> None:
     add(store, "The user met Ana at the conference.")
-    report = entity_enrichment(store, datetime.now(UTC))
+    report = entity_enrichment(store, NOW)
     assert report.skipped and "spaCy" in report.notes[0]
     assert sql(store, "SELECT id FROM memories WHERE attributes->>'enriched_at' IS NOT NULL") == []
 
@@ -555,7 +573,7 @@ def test_entity_enrichment_relinks_sparse_memories_up_to_the_nightly_limit(
     newer = add(store, "The user met Ana yesterday.")
     assert len(links(store, many)) > 2 and len(links(store, newer)) <= 2
     config = MaintenanceConfig(enrichment_limit=1)
-    now = datetime.now(UTC)
+    now = NOW
 
     def enriched() -> list[str]:
         rows = sql(
@@ -578,7 +596,7 @@ def test_nightly_consolidation_takes_every_pending_session(settings: Settings) -
     sync_files(settings)
     build_chunks(settings)
 
-    report = consolidate_pending(settings, datetime.now(UTC))
+    report = consolidate_pending(settings, NOW)
 
     pending = sql(
         settings, "SELECT path FROM sessions_consolidations WHERE consolidated_at IS NULL"
@@ -587,4 +605,4 @@ def test_nightly_consolidation_takes_every_pending_session(settings: Settings) -
     facts = sql(settings, "SELECT id, content FROM facts")
     assert any("Miso" in f["content"] for f in facts)
     assert {f["id"] for f in facts} <= indexed(settings)
-    assert consolidate_pending(settings, datetime.now(UTC)).counts["created"] == 0
+    assert consolidate_pending(settings, NOW).counts["created"] == 0

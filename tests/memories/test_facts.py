@@ -14,6 +14,7 @@ from memory_dag.memories.facts import (
     FactCandidate,
     classify_fact,
     extract_facts_llm,
+    fact_problem,
     select_for_write,
     split_sentences,
     validate_fact,
@@ -171,6 +172,57 @@ def test_validate_fact_allows_two_sentences_not_three() -> None:
     assert validate_fact("Dr. Smith treats the user. The user trusts Dr. Smith.") is not None
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("He likes it a lot.", "pronoun"),
+        ("Sam does not want to see one for a long time.", "pronoun"),
+        ("This replaces the earlier statement that pizza was his favourite food.", "pronoun"),
+        ("It is in Lisbon.", "pronoun"),
+        ("Sam loves it.", "pronoun"),
+        ("The user said that was the best trip.", "pronoun"),
+        ("I love pizza.", "third person"),
+        ("My wife is Anne.", "third person"),
+        ("You should call Anne.", "third person"),
+        ("Sam and I went hiking.", "third person"),
+    ],
+)
+def test_validate_fact_rejects_what_is_not_third_person_or_needs_a_referent(
+    text: str, problem: str
+) -> None:
+    """Issue 13 item 6: seed 003 §9's writing rules, not only length and sentence count."""
+    assert validate_fact(text) is None
+    assert problem in (fact_problem(text) or "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sam's wife is Anne; she is a veterinarian.",
+        "Sam likes his job at the depot.",
+        "Project Harbor has its demo on November 20.",
+        "Sam thinks that Lisbon is the best city.",
+        "Sam ran one marathon this year.",
+        "The user moved to the US in 2020.",
+        "Sam is busy this week.",
+    ],
+)
+def test_validate_fact_accepts_pronouns_with_a_referent_and_lookalikes(text: str) -> None:
+    assert validate_fact(text) == text
+
+
+def test_rule_facts_that_break_the_writing_rules_are_rejected_and_counted() -> None:
+    rejected: list[str] = []
+    facts = extract_facts_rules(
+        "Honestly I hate pizza now, I don't want to see one for a long time.",
+        "Sam",
+        "t1",
+        rejected=rejected,
+    )
+    assert [f.text for f in facts] == ["Sam now hates pizza."]
+    assert rejected == ["Sam does not want to see one for a long time."]
+
+
 def test_classify_fact() -> None:
     assert classify_fact("The user's wife is named Anne.") == ("relationships", 4)
     assert classify_fact("The user loves pizza.") == ("preferences", 3)
@@ -200,6 +252,16 @@ def test_long_turns_yield_up_to_five_candidates() -> None:
 
 def candidate(text: str, importance: int) -> FactCandidate:
     return FactCandidate(text, "t", None, None, importance)
+
+
+def test_select_for_write_keeps_a_near_duplicate_that_changes_the_stored_fact() -> None:
+    """A refinement resembles what it refines (Jaccard 0.75): it is kept for reconciliation,
+    or it would be lost (found by the truth suite)."""
+    stored = ["Bo loves pizza.", "Ana loves coffee."]
+    kept = select_for_write(
+        [candidate("Bo loves pepperoni pizza.", 3), candidate("Ana loves coffee!", 3)], stored
+    )
+    assert [c.text for c in kept] == ["Bo loves pepperoni pizza."]
 
 
 def test_select_for_write_dedups_then_caps_by_importance_in_spoken_order() -> None:

@@ -159,6 +159,8 @@ def test_opposite_polarity_deletes_the_old_and_adds_the_new(old: str, new: str) 
         ("The user is 31 years old.", "The user is 32 years old."),
         ("The user likes pizza.", "The user loves pizza."),
         ("The user loves pizza.", "The user loves pepperoni pizza."),
+        ("The user has two kids.", "The user has three kids."),  # a new count
+        ("Ola has 2 cats.", "Ola has three cats."),
     ],
 )
 def test_same_slot_new_value_updates(old: str, new: str) -> None:
@@ -171,6 +173,7 @@ def test_same_slot_new_value_updates(old: str, new: str) -> None:
         ("The user loves pizza.", "The user loves pasta."),
         ("The user's sister is named Anne.", "The user's sister is named Beth."),
         ("The user has a dog.", "The user has a cat."),
+        ("The user has two dogs.", "The user has two cats."),
         ("Caroline loves pizza.", "Melanie hates pizza."),
     ],
 )

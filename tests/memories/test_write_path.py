@@ -14,6 +14,7 @@ from memory_dag.config import Settings
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT
 from memory_dag.memories.sessions import scan_sessions, sessions_fingerprint
 from memory_dag.memories.write_path import WriteReport, run_all
+from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
 from tests.conftest import write_jsonl
 from tests.openai_server import Reply, ScriptedOpenAIServer
@@ -141,7 +142,8 @@ def test_pizza_conversation_keeps_the_latest_truth_and_its_history(
 
     assert report.method == method
     assert report.counts["sessions_consolidated"] == 2  # s3 is the open, newest session
-    assert report.counts["turns_examined"] == 3  # user turns only
+    assert report.counts["sessions_observed"] == 1  # its turns are examined as they arrive
+    assert report.counts["turns_examined"] == 4  # user turns only
     active = rows(settings, "SELECT * FROM facts ORDER BY event_time")
     assert [f["content"] for f in active] == [hates, "Sam's wife is named Anne."]
     episodes = {
@@ -215,6 +217,118 @@ def test_pizza_conversation_keeps_the_latest_truth_and_its_history(
     assert again.counts["turns_examined"] == again.counts["facts_added"] == 0
 
 
+@pytest.mark.parametrize("method", ["rules", "llm"])
+def test_turns_of_the_open_session_become_facts_as_they_arrive(
+    tmp_path: Path, openai_server: ScriptedOpenAIServer, method: str
+) -> None:
+    """Issue 13 item 4 (seed 000 §4: extraction after each turn): the live session's user
+    turns are examined once as they arrive; closing the session re-checks only what is left."""
+    model_down_for_anne = {"on": True}
+
+    def anne_fails_while_the_model_is_down(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["content"] == "My wife is Anne." and model_down_for_anne["on"]:
+            return Reply.status(500)
+        return scripted_llm(body)
+
+    openai_server.handler = anne_fails_while_the_model_is_down
+    llm = llm_settings(openai_server) if method == "llm" else {}
+    sessions = tmp_path / "ws" / "sessions" / DEMO
+    settings = store_settings(tmp_path, tmp_path / "ws", **llm)
+    hates = "Sam now hates pizza." if method == "rules" else "Sam hates pizza."
+
+    write_jsonl(sessions / "s1.jsonl", [turn("a1", "I love pizza!", "2024-01-01T10:00:00Z")])
+    first = facts_report(run_all(settings))
+    assert (first.counts["sessions_consolidated"], first.counts["sessions_observed"]) == (0, 1)
+    assert first.counts["turns_examined"] == 1
+    assert [f["content"] for f in rows(settings, "SELECT content FROM facts")] == [
+        "Sam loves pizza."
+    ]
+
+    write_jsonl(
+        sessions / "s1.jsonl",
+        [
+            turn("a1", "I love pizza!", "2024-01-01T10:00:00Z"),
+            turn("a2", "I hate pizza now.", "2024-01-01T10:05:00Z"),
+            turn("a3", "My wife is Anne.", "2024-01-01T10:06:00Z"),
+        ],
+    )
+    second = facts_report(run_all(settings))
+    assert second.counts["turns_examined"] == 2  # the new turns only, each once
+    assert [f["content"] for f in rows(settings, "SELECT content FROM facts")] == (
+        [hates] if method == "llm" else [hates, "Sam's wife is named Anne."]
+    )
+    [open_session] = rows(settings, "SELECT * FROM sessions_consolidations")
+    assert open_session["consolidated_at"] is None
+
+    model_down_for_anne["on"] = False
+    write_jsonl(sessions / "s2.jsonl", [turn("b1", "Hi again.", "2024-02-01T10:00:00Z")])
+    third = facts_report(run_all(settings))
+    assert third.counts["sessions_consolidated"] == 1
+    # The close re-checks what the live path could not do: the failed extraction, once.
+    assert third.counts["turns_examined"] == (2 if method == "llm" else 1)
+    active = [f["content"] for f in rows(settings, "SELECT content FROM facts ORDER BY content")]
+    assert active == sorted([hates, "Sam's wife is named Anne."])
+    closed = rows(settings, "SELECT * FROM sessions_consolidations WHERE session_id = 's1'")
+    assert closed[0]["consolidated_at"] is not None and closed[0]["facts_written"] == 3
+    assert facts_report(run_all(settings)).counts["turns_examined"] == 0
+
+
+def test_facts_that_break_the_writing_rules_are_rejected_and_counted(
+    tmp_path: Path, openai_server: ScriptedOpenAIServer
+) -> None:
+    """Issue 13 item 6: the same validator for rules and LLM output; rejections are counted."""
+    text = "Honestly I hate pizza now, I don't want to see one for a long time."
+    workspace = tmp_path / "ws"
+    write_jsonl(
+        workspace / "sessions" / DEMO / "s1.jsonl", [turn("a1", text, "2024-01-01T10:00:00Z")]
+    )
+    rules = facts_report(run_all(store_settings(tmp_path / "rules", workspace)))
+    assert rules.counts["facts_rejected"] == 1 and rules.counts["facts_added"] == 1
+
+    openai_server.handler = lambda body: (
+        Reply.json(["He likes it a lot.", "The user hates pizza."])
+        if body["messages"][0]["content"] == FACT_SYSTEM_PROMPT
+        else scripted_llm(body)
+    )
+    settings = store_settings(tmp_path / "llm", workspace, **llm_settings(openai_server))
+    report = facts_report(run_all(settings))
+    assert report.counts["facts_rejected"] == 1
+    assert [f["content"] for f in rows(settings, "SELECT content FROM facts")] == [
+        "Sam hates pizza."
+    ]
+
+
+def test_two_users_in_one_conversation_never_reconcile_against_each_other(
+    tmp_path: Path,
+) -> None:
+    """Reconciliation neighbours are the same owner's facts: "The user hates sushi" from bob
+    does not delete alice's "The user loves sushi" (without user ids it would: one owner)."""
+    lines = [
+        {"role": "user", "id": "a1", "user_id": "alice", "content": "I love sushi."},
+        {"role": "user", "id": "b1", "user_id": "bob", "content": "I hate sushi."},
+    ]
+    owned = tmp_path / "owned"
+    write_jsonl(owned / "ws" / "sessions" / "team" / "s1.jsonl", lines)
+    settings = store_settings(owned, owned / "ws")
+    run_all(settings)
+    facts = rows(settings, "SELECT content, user_id FROM facts ORDER BY user_id")
+    assert facts == [
+        {"content": "The user loves sushi.", "user_id": "alice"},
+        {"content": "The user hates sushi.", "user_id": "bob"},
+    ]
+
+    shared = tmp_path / "shared"
+    write_jsonl(
+        shared / "ws" / "sessions" / "team" / "s1.jsonl",
+        [{k: v for k, v in line.items() if k != "user_id"} for line in lines],
+    )
+    settings = store_settings(shared, shared / "ws")
+    run_all(settings)
+    assert [f["content"] for f in rows(settings, "SELECT content FROM facts")] == [
+        "The user hates sushi."
+    ]
+
+
 def test_llm_failures_fall_back_as_the_seed_says_and_are_recorded(
     tmp_path: Path, openai_server: ScriptedOpenAIServer
 ) -> None:
@@ -269,18 +383,18 @@ def test_a_newer_session_closes_the_older_one_and_an_edited_transcript_is_reopen
 
     first = facts_report(run_all(settings))
     assert first.counts["sessions_registered"] == 1
-    assert first.counts["sessions_consolidated"] == 0  # the only session is still open
-    assert rows(settings, "SELECT count(*) AS n FROM facts")[0]["n"] == 0
+    assert first.counts["sessions_consolidated"] == 0  # the only session is still open...
+    [loves] = rows(settings, "SELECT id, content FROM facts")  # ...but its turns are facts
+    assert loves["content"] == "Sam loves pizza."
 
     write_jsonl(sessions / "s2.jsonl", [turn("b1", "My wife is Anne.", "2024-02-01T10:00:00Z")])
     second = facts_report(run_all(settings))
     assert second.counts["sessions_consolidated"] == 1
+    assert second.counts["turns_examined"] == 1  # b1; a1 was examined when it arrived
     registered = rows(settings, "SELECT * FROM sessions_consolidations ORDER BY path")
     assert registered[0]["first_seen_at"] < registered[1]["first_seen_at"]
     assert registered[0]["consolidated_at"] is not None and registered[0]["facts_written"] == 1
-    assert registered[1]["consolidated_at"] is None
-    [loves] = rows(settings, "SELECT id, content FROM facts")
-    assert loves["content"] == "Sam loves pizza."
+    assert registered[1]["consolidated_at"] is None and registered[1]["facts_written"] == 1
 
     # s1 was consolidated; its transcript now grows a turn: only that turn is examined.
     write_jsonl(
@@ -294,7 +408,7 @@ def test_a_newer_session_closes_the_older_one_and_an_edited_transcript_is_reopen
     assert third.counts["sessions_reopened"] == 1
     assert third.counts["turns_examined"] == 1
     facts = {f["content"]: f["id"] for f in rows(settings, "SELECT id, content FROM facts")}
-    assert set(facts) == {"Sam loves pizza.", "Sam lives in Paris."}
+    assert set(facts) == {"Sam loves pizza.", "Sam lives in Paris.", "Sam's wife is named Anne."}
     assert facts["Sam loves pizza."] == loves["id"]  # untouched: its turn was not examined again
     reopened = rows(settings, "SELECT detail FROM events WHERE op = 'reopen'")
     assert len(reopened) == 1 and "sessions/demo/s1.jsonl" in reopened[0]["detail"]
@@ -316,8 +430,13 @@ def test_related_facts_are_linked_within_their_conversation(tmp_path: Path) -> N
         "Sam's wife is named Anne.",
         "Sam enjoys long hikes in the Alps.",
     ]
-    ids = [remember(settings, t, conversation_id="a", refresh=False).memory_id for t in texts]
-    remember(settings, texts[0], conversation_id="b", refresh=False)  # same text, other people
+    ids = [
+        remember(settings, t, scope=Scope.of(conversation_id="a"), refresh=False).memory_id
+        for t in texts
+    ]
+    remember(
+        settings, texts[0], scope=Scope.of(conversation_id="b"), refresh=False
+    )  # same text, other people
 
     edges = rows(settings, "SELECT from_id, to_id, relation_type, strength FROM relations")
     vectors = get_provider(settings).embed(texts)

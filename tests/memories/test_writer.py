@@ -23,6 +23,7 @@ from memory_dag.memories.agent_ops import (
 from memory_dag.memories.change_log import changes
 from memory_dag.memories.lookups import entity_profile, memory_history, stats
 from memory_dag.memories.writer import MemoryOpError
+from memory_dag.scope import Scope
 from tests.conftest import write_jsonl
 from tests.memories.test_write_path import rows, store_settings
 
@@ -37,7 +38,9 @@ def fact_ids(settings: Settings, query: str) -> list[str]:
 
 
 def test_remember_is_searchable_at_once_and_never_stored_twice(store: Settings) -> None:
-    result = remember(store, "Sam loves pizza.", conversation_id="demo", speaker="Sam")
+    result = remember(
+        store, "Sam loves pizza.", scope=Scope.of(conversation_id="demo"), speaker="Sam"
+    )
 
     assert (result.status, result.revision, result.index_rows) == ("created", 1, 1)
     assert fact_ids(store, "pizza") == [result.memory_id]
@@ -54,9 +57,11 @@ def test_remember_is_searchable_at_once_and_never_stored_twice(store: Settings) 
     )
     assert linked == [{"canonical_name": "Sam"}]
 
-    again = remember(store, "sam LOVES pizza", conversation_id="demo")
+    again = remember(store, "sam LOVES pizza", scope=Scope.of(conversation_id="demo"))
     assert (again.status, again.memory_id) == ("duplicate", result.memory_id)
-    elsewhere = remember(store, "Sam loves pizza.", conversation_id="other", refresh=False)
+    elsewhere = remember(
+        store, "Sam loves pizza.", scope=Scope.of(conversation_id="other"), refresh=False
+    )
     assert elsewhere.status == "created"  # another conversation is about other people
     assert len(rows(store, "SELECT id FROM facts")) == 2
 
@@ -66,7 +71,9 @@ def test_remember_is_searchable_at_once_and_never_stored_twice(store: Settings) 
 
 
 def test_correct_forget_restore_and_confirm_leave_a_trail(store: Settings) -> None:
-    paris = remember(store, "Sam lives in Paris.", conversation_id="demo", speaker="Sam").memory_id
+    paris = remember(
+        store, "Sam lives in Paris.", scope=Scope.of(conversation_id="demo"), speaker="Sam"
+    ).memory_id
     updated = correct(store, paris, "Sam lives in Berlin.")
 
     assert (updated.status, updated.replaced_id) == ("updated", paris)
@@ -130,10 +137,14 @@ def test_episodes_mirror_transcripts_and_cannot_be_forgotten(tmp_path: Path) -> 
 
 
 def test_changes_give_the_delta_header_with_at_most_three_bullets(store: Settings) -> None:
-    pizza = remember(store, "Sam loves pizza.", conversation_id="demo", refresh=False).memory_id
-    remember(store, "Sam's wife is named Anne.", conversation_id="demo", refresh=False)
+    pizza = remember(
+        store, "Sam loves pizza.", scope=Scope.of(conversation_id="demo"), refresh=False
+    ).memory_id
+    remember(
+        store, "Sam's wife is named Anne.", scope=Scope.of(conversation_id="demo"), refresh=False
+    )
     forget(store, pizza, refresh=False)
-    remember(store, "Lee plays chess.", conversation_id="other", refresh=False)
+    remember(store, "Lee plays chess.", scope=Scope.of(conversation_id="other"), refresh=False)
 
     delta = changes(store, 0, "demo")
     assert delta.revisions == {"demo": 3}
@@ -153,7 +164,7 @@ def test_changes_give_the_delta_header_with_at_most_three_bullets(store: Setting
     assert changes(store, 3, "demo").header == "" and changes(store, 3, "demo").changes == []
 
     for text in ("Sam plays the cello.", "Sam moved to Lisbon.", "Sam is learning Portuguese."):
-        remember(store, text, conversation_id="demo", refresh=False)
+        remember(store, text, scope=Scope.of(conversation_id="demo"), refresh=False)
     header = changes(store, 3, "demo").header.splitlines()
     assert len(header) == 4  # the title and three bullets, newest first
     assert header[1] == "- +created: [activity] Sam is learning Portuguese (imp=2)"
@@ -162,12 +173,35 @@ def test_changes_give_the_delta_header_with_at_most_three_bullets(store: Setting
     assert everywhere.revisions == {"demo": 6, "other": 1}
 
 
+def test_a_corrected_fact_never_reads_as_created_in_the_delta_header(store: Settings) -> None:
+    """Issue 13 item 5: after a correction only the net state shows."""
+    demo = Scope.of(conversation_id="demo")
+    peanuts = remember(store, "Sam is allergic to peanuts.", scope=demo, refresh=False)
+    remember(store, "Sam's wife is named Anne.", scope=demo, refresh=False)
+    seen = changes(store, 0, "demo").revisions["demo"]
+    correct(store, peanuts.memory_id, "Sam is allergic to hazelnuts.", refresh=False)
+
+    fresh = changes(store, 0, "demo").header.splitlines()
+    assert not [line for line in fresh if "peanuts" in line]
+    # A reader who never saw the peanuts fact learns of one new fact: hazelnuts.
+    assert "- +created: [profile] Sam is allergic to hazelnuts (imp=5)" in fresh
+    since_seen = changes(store, seen, "demo").header.splitlines()
+    assert since_seen[1:] == ["- ↑updated: [profile] Sam is allergic to hazelnuts"]
+
+
 def test_stats_and_entity_profiles(store: Settings) -> None:
-    first = remember(store, "Anne called Sam yesterday.", conversation_id="demo", refresh=False)
-    wife = remember(store, "Sam's wife is named Anne.", conversation_id="demo", refresh=False)
-    remember(store, "Jon loves jazz.", conversation_id="demo", refresh=False)
+    first = remember(
+        store, "Anne called Sam yesterday.", scope=Scope.of(conversation_id="demo"), refresh=False
+    )
+    wife = remember(
+        store, "Sam's wife is named Anne.", scope=Scope.of(conversation_id="demo"), refresh=False
+    )
+    remember(store, "Jon loves jazz.", scope=Scope.of(conversation_id="demo"), refresh=False)
     gone = remember(
-        store, "Sam is working on Jon's business.", conversation_id="demo", refresh=False
+        store,
+        "Sam is working on Jon's business.",
+        scope=Scope.of(conversation_id="demo"),
+        refresh=False,
     )
     forget(store, gone.memory_id, refresh=False)
 

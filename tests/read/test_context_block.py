@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from memory_dag.cli.main import main
 from memory_dag.config import Settings
+from memory_dag.index.build import refresh_search_index
 from memory_dag.ingest.tokens import count_tokens
+from memory_dag.memories import write_path
 from memory_dag.pipeline import run_all
 from memory_dag.read.context_block import build_context, injection_hook
+from memory_dag.read.query import MemoryFull, MemoryQuery, query_memory
 from memory_dag.read.retriever import RetrievalConfig
+from memory_dag.scope import Scope
 from memory_dag.store.connection import open_store
-from memory_dag.summaries.conversation_summaries import final_id
+from memory_dag.summaries.conversation_summaries import final_id, summarize_conversation
 from tests.conftest import write_jsonl
 from tests.read.test_retrieval import NOW, add_memories, add_relation
 from tests.store.test_store import hold_lock
@@ -86,8 +92,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return settings
 
 
-def block(store: Settings, message: str = "What does Dana drink in the morning?", **options):
-    return build_context(message, "conv-a", settings=store, config=QUIET, now=NOW, **options)
+def block(
+    store: Settings,
+    message: str = "What does Dana drink in the morning?",
+    agent: str | None = None,
+    **options,
+):
+    scope = Scope.of(conversation_id="conv-a", agent=agent)
+    return build_context(message, scope, settings=store, config=QUIET, now=NOW, **options)
 
 
 def test_the_block_has_every_section_in_order(store: Settings) -> None:
@@ -207,3 +219,60 @@ def test_cli_context(store: Settings, capsys: pytest.CaptureFixture[str]) -> Non
     assert "[preferences] Dana prefers green tea in the morning" in captured.out
     assert count_tokens(captured.out.strip()) <= 80
     assert "rev 5" in captured.err
+
+
+# --- issue 13 item 4: the README's demo tells the agent what is current ------------------------
+
+README_WORKSPACE = Path(__file__).resolve().parents[2] / "data" / "workspace"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The README's first command on the sample workspace (without Dagster): every stage."""
+    root = tmp_path_factory.mktemp("readme-demo")
+    shutil.copytree(README_WORKSPACE, root / "workspace")
+    settings = Settings(
+        workspace=root / "workspace", db_path=root / "memory.duckdb", index_dir=root / "index"
+    )
+    write_path.run_all(settings)
+    summarize_conversation(settings, "demo")
+    refresh_search_index(settings)
+    return settings
+
+
+def test_the_demo_context_says_sam_hates_pizza_and_nothing_older_as_current(demo: Settings) -> None:
+    made = build_context(
+        "what does Sam think of pizza", Scope.of(conversation_id="demo"), settings=demo,
+        config=QUIET, max_tokens=600,
+    )  # fmt: skip
+    lines = made.text.splitlines()
+    memories = lines[lines.index("## Relevant memories") + 1 :]
+
+    assert "[preferences] Sam now hates pizza." in memories
+    assert not [line for line in lines if "I love pizza" in line]  # superseded by the fact
+    loves = [line for line in lines if "Sam loves pizza" in line]
+    assert all(line.startswith("- ×deleted:") for line in loves)  # only as what is gone
+    summary = lines[lines.index("## Conversation summary") + 1]
+    assert not summary.rstrip().endswith("pizza was his favourite food.")  # no dangling "This"
+    assert "[s1" not in summary and "[2026-11" not in summary
+
+
+def test_a_superseded_turn_ranks_below_its_fact_and_is_marked(demo: Settings) -> None:
+    request = MemoryQuery(
+        agent="supervisor", query="Sam pizza favourite food", top_k=60, threshold=0.0,
+        return_="full",
+    )  # fmt: skip
+    results = query_memory(
+        request, scope=Scope.of(conversation_id="demo"), settings=demo, config=QUIET
+    ).results
+    texts = [r.text for r in results]
+    fact = texts.index("Sam now hates pizza.")
+    [old] = [r for r in results if "I love pizza" in r.text]
+    assert texts.index(old.text) > fact
+    assert isinstance(old, MemoryFull) and old.superseded_by is not None
+    bullets = query_memory(
+        request.model_copy(update={"return_": "bullets"}), scope=Scope.of(conversation_id="demo"),
+        settings=demo, config=QUIET,
+    ).results  # fmt: skip
+    [line] = [b.text for b in bullets if "I love pizza" in b.text]
+    assert line.startswith("[event, superseded]")

@@ -22,6 +22,7 @@ from memory_dag.read.query import (
     query_memory,
 )
 from memory_dag.read.retriever import RetrievalConfig
+from memory_dag.scope import Scope, ScopeRequired
 from tests.conftest import write_jsonl
 from tests.read.test_retrieval import add_memories
 
@@ -62,9 +63,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return settings
 
 
-def ask(settings: Settings, user: str | None = None, **request: object) -> list[str]:
+def ask(settings: Settings, user: str | None = "alice", **request: object) -> list[str]:
     query = MemoryQuery.model_validate({"agent": "planner", "query": "deploy plan", **request})
-    response = query_memory(query, settings=settings, user_id=user, config=QUIET)
+    scope = Scope.of(user_id=user)
+    response = query_memory(query, scope=scope, settings=settings, config=QUIET)
     return [r.id for r in response.results]
 
 
@@ -95,12 +97,11 @@ def test_other_requests_outside_the_allowlist_are_rejected(
 
 
 def test_without_categories_the_allowlist_is_read(store: Settings) -> None:
-    assert set(ask(store, top_k=20, threshold=0.0)) == {"a_deploy", "a_deploy_key", "b_deploy",
-                                                         "b_goal"}  # fmt: skip
+    assert set(ask(store, "bob", top_k=20, threshold=0.0)) == {"b_deploy", "b_goal"}
 
 
 def test_a_filter_category_narrows_within_the_allowlist(store: Settings) -> None:
-    found = ask(store, top_k=20, threshold=0.0, filters={"category": "goals"})
+    found = ask(store, "bob", top_k=20, threshold=0.0, filters={"category": "goals"})
     assert found == ["b_goal"]
 
 
@@ -125,11 +126,13 @@ def test_filters_cannot_read_another_users_memories(store: Settings) -> None:
     assert set(ask(store, user="alice", top_k=20, threshold=0.0)) == {"a_deploy", "a_deploy_key"}
 
 
-def test_an_unbound_caller_may_filter_by_user(store: Settings) -> None:
-    assert set(ask(store, top_k=20, threshold=0.0, filters={"user_id": "bob"})) == {
+def test_an_unbound_caller_names_the_user_in_its_filters_or_is_refused(store: Settings) -> None:
+    assert set(ask(store, None, top_k=20, threshold=0.0, filters={"user_id": "bob"})) == {
         "b_deploy",
         "b_goal",
     }
+    with pytest.raises(ScopeRequired, match="2 users"):
+        ask(store, None, top_k=20, threshold=0.0)  # a store of two users: no user, no answer
 
 
 # --- filters inside the index --------------------------------------------------------------
@@ -147,7 +150,7 @@ def test_filters_apply_before_ranking_not_to_a_shortened_list(store: Settings) -
 def test_threshold_drops_low_relevance_results(store: Settings) -> None:
     loose = ask(store, top_k=20, threshold=0.0)
     assert ask(store, top_k=20, threshold=1.0) == []
-    assert len(loose) == 4
+    assert len(loose) == 2
 
 
 # --- procedural memories and summaries -----------------------------------------------------
@@ -160,14 +163,18 @@ def test_procedural_memories_only_when_asked_for(store: Settings) -> None:
 
 def test_uncategorised_turns_are_read_as_the_uncategorized_category(store: Settings) -> None:
     query = MemoryQuery(agent="supervisor", query="cat Miso", top_k=20, threshold=0.0)
-    results = query_memory(query, settings=store, config=QUIET).results
+    # Turns are shared by their conversation: a user reads them when naming it.
+    scope = Scope.of(user_id="alice", conversation_id="conv-a")
+    results = query_memory(query, scope=scope, settings=store, config=QUIET).results
     turns = [r for r in results if r.id.startswith("ch_")]
 
     assert turns and all(r.category == "event" for r in turns)
     assert not [r for r in results if r.id == "sum"]  # summaries are not ranked with memories
     planner = query.model_copy(update={"agent": "planner"})
-    assert not [r for r in query_memory(planner, settings=store, config=QUIET).results
+    assert not [r for r in query_memory(planner, scope=scope, settings=store, config=QUIET).results
                 if r.id.startswith("ch_")]  # fmt: skip
+    alone = query_memory(query, scope=Scope.of(user_id="alice"), settings=store, config=QUIET)
+    assert not [r for r in alone.results if r.id.startswith("ch_")]  # no conversation named
 
 
 # --- responses and the budget --------------------------------------------------------------
@@ -175,9 +182,15 @@ def test_uncategorised_turns_are_read_as_the_uncategorized_category(store: Setti
 
 def test_bullets_and_full_results(store: Settings) -> None:
     request = {"agent": "planner", "query": "rotate the deploy key", "top_k": 1}
-    bullets = query_memory(MemoryQuery.model_validate(request), settings=store, config=QUIET)
+    alice = Scope.of(user_id="alice")
+    bullets = query_memory(
+        MemoryQuery.model_validate(request), scope=alice, settings=store, config=QUIET
+    )
     full = query_memory(
-        MemoryQuery.model_validate({**request, "return": "full"}), settings=store, config=QUIET
+        MemoryQuery.model_validate({**request, "return": "full"}),
+        scope=alice,
+        settings=store,
+        config=QUIET,
     )
 
     assert bullets.results == [
@@ -201,11 +214,13 @@ def test_the_budget_is_never_exceeded(store: Settings) -> None:
         request = MemoryQuery(
             agent="planner", query="deploy plan", top_k=10, threshold=0.0, budget_tokens=budget
         )
-        response = query_memory(request, settings=store, config=QUIET)
+        response = query_memory(
+            request, scope=Scope.of(user_id="bob"), settings=store, config=QUIET
+        )
         used = sum(count_tokens(r.text) for r in response.results)
         assert used == response.tokens <= budget, budget
         assert response.results  # even a tiny budget gets (a cut of) the best result
-        assert response.dropped == 4 - len(response.results)
+        assert response.dropped == 2 - len(response.results)
 
 
 def test_results_are_kept_whole_and_only_a_lone_first_result_is_cut() -> None:

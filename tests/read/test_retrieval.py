@@ -290,7 +290,7 @@ def test_stages_that_are_off_are_recorded_as_not_run(tmp_path: Path) -> None:
     assert result.ran() == ["candidates"]
     assert [s.name for s in result.stages] == [
         "candidates", "liveness", "entities", "rerank", "threshold", "recency", "relations",
-        "insight", "mmr",
+        "insight", "current", "mmr",
     ]  # fmt: skip
 
 

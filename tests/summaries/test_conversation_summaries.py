@@ -255,6 +255,60 @@ def test_each_level_is_stored_as_its_tree(
     assert stored is not None and stored.content == final["content"] and stored.is_final
 
 
+@pytest.mark.parametrize("level", list(LEVEL_TOKENS))
+def test_every_summary_leads_back_to_what_it_summarises(
+    tmp_path: Path, level: SummaryLevel
+) -> None:
+    """Issue 13 item 11: `source_ids` name the turns (and facts) an L1 or single summary covers,
+    the L1 rows an L2 covers, and the L2 (or L1) rows the L3 was made from."""
+    settings = settings_in(tmp_path)
+    write_conversation(settings.workspace, "c1", LEVEL_TOKENS[level])
+    sync_files(settings)
+    add_fact(settings, "c1", "f1", "Dana is afraid of flying.", datetime.now(UTC))
+    with open_store(settings.db_path) as con:
+        con.execute("UPDATE memories SET category = 'profile' WHERE id = 'f1'")
+        con.execute(
+            "INSERT INTO memories (id, kind, content, conversation_id, user_id, created_at) "
+            "VALUES ('f_owned', 'fact', 'Ravi keeps a diary of his pin codes.', 'c1', 'ravi', ?)",
+            [datetime.now(UTC)],
+        )
+
+    summarize_conversation(settings, "c1", config=SummarizerConfig())
+
+    with open_store(settings.db_path, read_only=True) as con:
+        rows = fetch_dicts(
+            con,
+            "SELECT s.id, s.level, s.chunk_index, s.group_index, s.parent_group, m.source_ids, "
+            "m.attributes FROM summaries s JOIN memories m ON m.id = s.id "
+            "WHERE s.state = 'active' ORDER BY s.level, s.chunk_index, s.group_index",
+        )
+        episodes = [
+            r[0] for r in con.execute("SELECT id FROM episodes ORDER BY path, line").fetchall()
+        ]
+        content = read_input(settings, "c1").content
+    by_level = {n: [r for r in rows if r["level"] == n] for n in (1, 2, 3)}
+    [final] = by_level[3]
+    assert "pin codes" not in content  # a user's own facts are not the conversation's
+    if level in (SummaryLevel.BRIEF, SummaryLevel.STANDARD):
+        assert final["source_ids"] == [*episodes, "f1"]
+    else:
+        covered = [i for r in by_level[1] for i in r["source_ids"]]
+        assert set(covered) == {*episodes, "f1"}  # every turn and fact is under some L1
+        # each L1 names only what its own part of the input says
+        for row in by_level[1]:
+            assert 0 < len(row["source_ids"]) < len(episodes)
+        if level is SummaryLevel.DETAILED:
+            assert final["source_ids"] == [r["id"] for r in by_level[1]]
+        else:
+            assert final["source_ids"] == [r["id"] for r in by_level[2]]
+            for group in by_level[2]:
+                assert group["source_ids"] == [
+                    r["id"] for r in by_level[1] if r["parent_group"] == group["group_index"]
+                ]
+    categories = json.loads(final["attributes"])["source_categories"]
+    assert categories == ["event", "profile"]  # turns read as `event`, and the fact's category
+
+
 def test_too_short_conversation_gets_no_summary_and_retires_an_old_one(tmp_path: Path) -> None:
     settings = settings_in(tmp_path)
     [path] = write_conversation(settings.workspace, "c1", 400)

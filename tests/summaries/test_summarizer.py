@@ -22,6 +22,7 @@ from memory_dag.summaries.summarizer import (
     SummaryResult,
     chunk_text,
     determine_level,
+    extract_sentences,
     final_summary_text,
     middle_truncate,
     split_sentences,
@@ -396,6 +397,47 @@ def test_extractive_prefers_central_sentences() -> None:
     result = summarize(content, SummarizerConfig())
 
     assert result.summary in on_topic
+
+
+def test_an_extractive_summary_of_short_turns_is_never_a_session_header() -> None:
+    """Issue 13 item 7: a BRIEF summary of short turns was its `[s1, date]` header."""
+    turns = [
+        "Sam: Hi!", "Iris: Hello Sam.", "Sam: All good?", "Iris: Yes, thanks.",
+        "Sam: Pizza tonight.", "Iris: Sounds fun.", "Sam: See you later.", "Iris: Bye!",
+    ]  # fmt: skip
+    content = "\n\n".join(
+        f"[s{n}, {n} November 2026, 10:00]\n" + "\n".join(turns) for n in range(1, 6)
+    )
+    assert determine_level(count_tokens(content)) is SummaryLevel.BRIEF
+
+    summary = summarize(content, SummarizerConfig()).summary
+
+    assert summary is not None and summary.strip()
+    assert not re.search(r"\[s\d+, \d+ November 2026", summary)
+    assert summary in "\n".join(turns)
+
+
+def test_an_extractive_summary_keeps_a_pronoun_with_what_it_refers_to() -> None:
+    """Issue 13 item 7: "This replaces the earlier statement ..." was chosen without the
+    sentence "This" points back to."""
+    antecedent = "Sam no longer likes pizza after a bad experience in November."
+    anaphor = "This replaces the earlier statement that pizza was the favourite pizza food of Sam."
+    content = "\n".join(
+        [
+            "Anne likes pizza with anchovies and pizza with olives at the pizza place.",
+            antecedent,
+            anaphor,
+            "Iris suggested a pizza place in Lisbon for the pizza night of Friday.",
+            "Sam will skip the pizza night this week and cook risotto instead.",
+        ]
+    )
+    chosen_somewhere = False
+    for budget in range(count_tokens(anaphor) - 2, count_tokens(content) + 2):
+        summary = extract_sentences(content, budget)
+        if anaphor in summary:
+            chosen_somewhere = True
+            assert antecedent + " " + anaphor in summary, budget
+    assert chosen_somewhere  # the pair is central enough to be chosen when it fits
 
 
 @pytest.mark.parametrize("level", [SummaryLevel.DETAILED, SummaryLevel.HIERARCHICAL])

@@ -1,0 +1,65 @@
+"""What a summary was made from: the turns, facts and entries of its input, and where each
+sits in the text the summarizer reads, so every node of a tree can name its `source_ids`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memory_dag.scope import read_as
+
+
+@dataclass(frozen=True)
+class Source:
+    """One turn, fact or entry of the input: its id, where its text sits in the content, and
+    the category it reads as (turns and entries: `uncategorized`)."""
+
+    id: str
+    start: int
+    end: int
+    category: str
+
+
+class Content:
+    """The summarizer's input text, built piece by piece, remembering where each source is."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.length = 0
+        self.sources: list[Source] = []
+
+    def add(self, text: str, source_id: str | None = None, category: str | None = None) -> None:
+        if source_id is not None:
+            end = self.length + len(text)
+            self.sources.append(Source(source_id, self.length, end, read_as(category)))
+        self.parts.append(text)
+        self.length += len(text)
+
+    def text(self) -> tuple[str, tuple[Source, ...]]:
+        """The stripped text and the sources' spans in it."""
+        raw = "".join(self.parts)
+        lead = len(raw) - len(raw.lstrip())
+        shifted = tuple(
+            Source(s.id, s.start - lead, s.end - lead, s.category) for s in self.sources
+        )
+        return raw.strip(), shifted
+
+
+def chunk_sources(
+    content: str, sources: Sequence[Source], chunks: Sequence[str]
+) -> list[list[Source]]:
+    """The sources each chunk holds. The chunks are the summarizer's own chunking of `content`
+    (`summarizer.chunk_text`, deterministic): stretches of it, in order; a source in the overlap
+    of two chunks belongs to both."""
+    covered: list[list[Source]] = []
+    position = 0
+    for chunk in chunks:
+        start = content.find(chunk, position)
+        if start < 0:  # not found as one stretch: fall back to the sources whose text it holds
+            covered.append([s for s in sources if content[s.start : s.end] in chunk])
+            continue
+        end = start + len(chunk)
+        covered.append([s for s in sources if s.start < end and s.end > start])
+        position = start
+    return covered
