@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -17,7 +18,9 @@ from typing import Any
 import duckdb
 
 from memory_dag.cli.common import print_json, settings_from_args
+from memory_dag.cli.dagster_runs import Interrupted
 from memory_dag.config import Settings
+from memory_dag.store.connection import StoreLockedError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +51,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             for report in reports:
                 print(report.line(), file=sys.stderr)
     else:
-        stages = _ingest_with_dagster(settings, force=args.force, progress=not args.json)
+        stages = _ingest_supervised(settings, force=args.force, progress=not args.json)
     summary = {
         "workspace": str(settings.workspace),
         "db": str(settings.db_path),
@@ -87,7 +90,32 @@ def _dagster_instance():  # -> dagster.DagsterInstance
     return dg.DagsterInstance.ephemeral()
 
 
-def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
+def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
+    """`_ingest_with_dagster` after freeing what dead CLI runs held, stoppable by a signal."""
+    from memory_dag.cli.dagster_runs import fail_own_runs, free_dead_runs, run_in_worker
+
+    instance = _dagster_instance()
+    freed = free_dead_runs(instance)
+    if freed and progress:
+        print(
+            f"marked {len(freed)} run(s) of a memory-dag process that died as failed "
+            "and freed their slots",
+            file=sys.stderr,
+        )
+    try:
+        return run_in_worker(
+            lambda: _ingest_with_dagster(settings, instance, force=force, progress=progress)
+        )
+    except KeyboardInterrupt as stop:
+        # The worker may be inside a step: record the stop, then leave without waiting for it.
+        name = stop.signal_name if isinstance(stop, Interrupted) else "SIGINT"
+        fail_own_runs(instance, f"stopped by {name}")
+        _exit_now(name)
+
+
+def _ingest_with_dagster(
+    settings: Settings, instance: Any, *, force: bool, progress: bool
+) -> dict[str, Any]:
     """Materialize every ingest asset (and its checks) in this process, like a UI click."""
     import dagster as dg
 
@@ -98,6 +126,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
     from assets.resources import MemoryStoreResource
     from assets.summaries import SUMMARY_ASSETS
     from assets.summaries import conversations as PARTITIONS
+    from memory_dag.cli.dagster_runs import run_tags
     from memory_dag.summaries.conversation_summaries import conversation_ids
 
     resource = MemoryStoreResource(
@@ -115,8 +144,8 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
         }
     if progress:
         print("materializing the ingest assets with Dagster (in-process)", file=sys.stderr)
-    instance = _dagster_instance()
     resources = {"memory": resource}
+    tags = run_tags()
     results = [
         dg.materialize(
             [*PIPELINE_ASSETS, *INGEST_CHECKS],
@@ -124,6 +153,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
             instance=instance,
             run_config=run_config,
             raise_on_error=True,
+            tags=tags,
         )
     ]
     # One run per conversation partition of the summaries, then index what they wrote.
@@ -141,6 +171,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
                     instance=instance,
                     partition_key=conversation,
                     run_config=quiet,
+                    tags=tags,
                 )
             )
         results.append(
@@ -150,6 +181,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
                 resources=resources,
                 instance=instance,
                 run_config=quiet,
+                tags=tags,
             )
         )
     stages: dict[str, Any] = {}
@@ -238,16 +270,13 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from memory_dag.store.connection import load_fts, open_store
+    """SQL on a snapshot of the store, without file access (`memory_dag/store/user_sql.py`)."""
+    from memory_dag.store.user_sql import run_user_sql
 
-    settings = settings_from_args(args)
-    with open_store(settings.db_path, read_only=True) as con:
-        load_fts(con)
-        cursor = con.execute(args.query)
-        if cursor.description is None:
-            return 0
-        columns = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
+    result = run_user_sql(settings_from_args(args), args.query)
+    if not result.columns:
+        return 0
+    columns, rows = result.columns, result.rows
     if args.json:
         print_json([dict(zip(columns, row, strict=True)) for row in rows])
     else:
@@ -337,7 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", help="workspace folder (default data/workspace)")
     common.add_argument("--db", help="DuckDB store (default data/memory.duckdb)")
-    common.add_argument("--index-dir", help="search index folder (default data/index)")
+    common.add_argument(
+        "--index-dir", help="search index folder (default: beside the store, data/index)"
+    )
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
     parser = argparse.ArgumentParser(
@@ -348,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", parents=[common], help="materialize every asset")
     ingest.add_argument("--force", action="store_true", help="re-read and re-index everything")
     ingest.add_argument("--no-dagster", action="store_true", help="run the library stages only")
-    ingest.set_defaults(func=cmd_ingest)
+    ingest.set_defaults(func=cmd_ingest, creates_store=True)
 
     search = commands.add_parser("search", parents=[common], help="hybrid search")
     search.add_argument("query")
@@ -388,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     locomo.add_argument("--store", help="keep the evaluation store in this folder")
     locomo.add_argument("--stages", action="store_true", help="recall per read-path stage")
     locomo.add_argument("--reranker", help="ONNX cross-encoder for the + rerank stage")
-    locomo.set_defaults(func=cmd_eval)
+    locomo.set_defaults(func=cmd_eval, creates_store=True)
 
     for register in _command_modules():
         register(commands, common)
@@ -409,14 +440,81 @@ def _command_modules() -> list[Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = _stop_on_signals()
     try:
+        _require_store(args)
         return int(args.func(args) or 0)
+    except KeyboardInterrupt as stop:
+        name = stop.signal_name if isinstance(stop, Interrupted) else "SIGINT"
+        print(f"memory-dag: stopped by {name}", file=sys.stderr)
+        return _exit_code(name)
     except FileNotFoundError as error:
         print(f"memory-dag: {error}", file=sys.stderr)
         return 2
-    except duckdb.Error as error:
-        print(f"memory-dag: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+    except Exception as error:
+        locked = _cause(error, StoreLockedError)
+        if locked is not None:
+            print(f"memory-dag: {locked}; try again when it has finished", file=sys.stderr)
+            return 2
+        if isinstance(error, duckdb.Error):
+            print(f"memory-dag: {type(error).__name__}: {error}", file=sys.stderr)
+            return 1
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _require_store(args: argparse.Namespace) -> None:
+    """Every command but the ones that build a store needs one: no silent empty answers, and
+    no queue folders or empty stores made beside a mistyped --db."""
+    if not hasattr(args, "db") or getattr(args, "creates_store", False):
+        return
+    db_path = settings_from_args(args).db_path
+    if not Path(db_path).exists():
+        raise FileNotFoundError(f"no memory store at {db_path}: run `memory-dag ingest` first")
+
+
+def _stop_on_signals() -> dict[int, Any]:
+    """SIGINT and SIGTERM raise `Interrupted` in the main thread; returns the old handlers."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, stop)
+    return previous
+
+
+def _exit_code(signal_name: str) -> int:
+    return 128 + int(getattr(signal, signal_name, signal.SIGINT))
+
+
+def _exit_now(signal_name: str) -> None:
+    """Leave at once (a worker thread may still be inside DuckDB), saying what happened."""
+    print(
+        f"memory-dag: stopped by {signal_name}; the store keeps its last committed state "
+        "(run `memory-dag ingest` again to finish)",
+        file=sys.stderr,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_code(signal_name))
+
+
+def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`error` or the first exception of type `kind` it was raised from (Dagster wraps them)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = (
+            getattr(current, "user_exception", None) or current.__cause__ or current.__context__
+        )
+    return None
 
 
 if __name__ == "__main__":

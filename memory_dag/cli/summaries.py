@@ -68,14 +68,18 @@ def cmd_summary(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from memory_dag.summaries.export import export_store
 
-    report = export_store(
-        settings_from_args(args),
-        Path(args.target),
-        conversations=args.conversation,
-        facts=args.facts,
-        turns=args.turns,
-        commit=not args.no_commit,
-    )
+    try:
+        report = export_store(
+            settings_from_args(args),
+            Path(args.target),
+            conversations=args.conversation,
+            facts=args.facts,
+            turns=args.turns,
+            commit=not args.no_commit,
+        )
+    except ValueError as error:  # a path that would leave the target folder
+        print(f"memory-dag: {error}", file=sys.stderr)
+        return 2
     if args.json:
         print_json(report.__dict__)
         return 0
@@ -86,7 +90,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     if report.commit:
         print(f"committed {report.commit[:12]}")
-    return 0
+    for refused in report.refused:
+        print(f"memory-dag: refused conversation {refused}", file=sys.stderr)
+    return 1 if report.refused else 0
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
+from memory_dag.ids import path_part_problem
 from memory_dag.index.build import refresh_search_index
 from memory_dag.memories.facts import classify_fact, validate_fact
 from memory_dag.memories.reconcile import is_near_duplicate, normalise_text
@@ -108,6 +109,9 @@ def remember(
     id is returned with status `duplicate`. Use `correct` to replace a fact.
     """
     content = _fact_text(text)
+    if conversation_id is not None and (problem := path_part_problem(conversation_id)):
+        # Conversation ids name folders (export writes entries/<conversation_id>/).
+        raise MemoryOpError(f"conversation id {conversation_id!r} {problem}")
     guessed_category, guessed_importance = classify_fact(content)
     with _writer(settings, actor) as writer:
         facts = writer.facts(conversation_id)

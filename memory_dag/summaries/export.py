@@ -14,6 +14,10 @@ wrote earlier whose row is gone or retired is removed (the retired row's own fil
 `deleted/`). Files it did not write (no `generator: memory-dag` in their front matter) are never
 touched. When the target folder is the root of a git repository, the exported paths are
 committed (seed 000 §2.4).
+
+Conversation ids become folder names, so they are checked (`ids.path_part_problem`: no `..`,
+no absolute path) and every path written or removed must resolve inside the target folder, even
+through symlinks; a conversation whose id fails is refused and listed in the report.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import yaml
 
 from memory_dag.config import Settings
+from memory_dag.ids import path_part_problem
 from memory_dag.store.connection import fetch_dicts, open_store
 from memory_dag.summaries.conversation_summaries import (
     StoredSummary,
@@ -53,6 +58,7 @@ class ExportReport:
     unchanged: int = 0
     removed: list[str] = field(default_factory=list)
     commit: str | None = None  # the new commit's hash, when one was made
+    refused: list[str] = field(default_factory=list)  # "<id>: why", ids that cannot be folders
 
 
 def export_store(
@@ -68,6 +74,10 @@ def export_store(
     target = Path(target)
     report = ExportReport(target=target)
     for conversation_id in conversations or conversation_ids(settings):
+        problem = path_part_problem(conversation_id)
+        if problem is not None:
+            report.refused.append(f"{conversation_id!r}: {problem}")
+            continue
         files = {
             _summary_path(node): _document(_summary_front_matter(node), node.content)
             for node in summary_tree(conversation_id, settings, include_retired=True)
@@ -99,11 +109,12 @@ def _sync_folder(
     """Write changed files, then remove stale ones this exporter wrote earlier in `owned`."""
     base = report.target
     for relative, text in files.items():
-        path = folder / relative
+        path = _confined(base, folder / relative)
         if path.exists() and path.read_text(encoding="utf-8") == text:
             report.unchanged += 1
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
+        path = _confined(base, path)  # again: a folder on the way may be a symlink
         path.write_text(text, encoding="utf-8")
         report.written.append(path.relative_to(base).as_posix())
     wanted = {folder / relative for relative in files}
@@ -112,9 +123,21 @@ def _sync_folder(
         if not root.is_dir():
             continue
         for path in sorted(root.rglob("*.md")):
-            if path not in wanted and _written_by_us(path):
+            if path not in wanted and _inside(base, path) and _written_by_us(path):
                 path.unlink()
                 report.removed.append(path.relative_to(base).as_posix())
+
+
+def _inside(base: Path, path: Path) -> bool:
+    """True when `path` resolves (symlinks followed) inside `base`."""
+    return path.resolve().is_relative_to(base.resolve())
+
+
+def _confined(base: Path, path: Path) -> Path:
+    """`path` if it resolves inside `base`; ValueError otherwise."""
+    if not _inside(base, path):
+        raise ValueError(f"export refused: {path} would be written outside {base}")
+    return path
 
 
 def _written_by_us(path: Path) -> bool:
