@@ -93,7 +93,10 @@ def _dagster_instance():  # -> dagster.DagsterInstance
 def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
     """`_ingest_with_dagster` after freeing what dead CLI runs held, stoppable by a signal."""
     from memory_dag.cli.dagster_runs import fail_own_runs, free_dead_runs, run_in_worker
+    from memory_dag.store.connection import open_store
 
+    with open_store(settings.db_path):  # a held lock is one clear error, before any run starts
+        pass
     instance = _dagster_instance()
     freed = free_dead_runs(instance)
     if freed and progress:

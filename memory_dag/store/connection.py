@@ -73,7 +73,7 @@ def connect(
                 if is_lock_error(error):
                     raise StoreLockedError(
                         f"{path} is locked by another process (a running pipeline?) and "
-                        f"stayed locked for {lock_timeout:.0f}s"
+                        f"stayed locked for {lock_timeout:g}s"
                     ) from error
                 raise
             time.sleep(delay)
