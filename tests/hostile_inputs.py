@@ -4,7 +4,8 @@ A hypothesis strategy draws workspaces of notes, entries and transcripts in whic
 sit beside hostile ones (broken or deep JSON, alias bombs, impossible dates, bad bytes, UTF-16,
 symlink loops and links out of the workspace, ...). `check_ingest` writes one, runs the whole
 ingest twice and counts what the rule forbids: an ingest that raises, a good line that is not
-in the store, a bad line or file without an `ingest_errors` row.
+in the store, a bad line or file without an `ingest_errors` row. `sql_escapes` lists what a
+user at `memory-dag sql` tries in order to reach files.
 """
 
 from __future__ import annotations
@@ -349,3 +350,36 @@ def check_ingest(root: Path, files: list[FileSpec]) -> Outcome:
             if not (stored and searchable):
                 lost(spec, line, number)
     return outcome
+
+
+# --- SQL ------------------------------------------------------------------------------------------
+
+
+def sql_escapes(settings: Settings, tmp_path: Path) -> list[str]:
+    """What a user at `memory-dag sql` tried on the way out of the store (issue 14); each must
+    fail. `tmp_path/secret.txt` is written for them to try to read."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the secret\n")
+    return [
+        f"SELECT content FROM read_text('{secret}')",
+        "SELECT content FROM read_text('/etc/hostname')",
+        f"SELECT * FROM read_csv('{secret}')",
+        f"SELECT * FROM read_blob('{secret}')",
+        f"SELECT * FROM glob('{tmp_path}/**')",
+        "SELECT * FROM glob('/root/**')",
+        f"COPY (SELECT 'v-gone') TO '{settings.index_dir}/CURRENT'",
+        f"COPY (SELECT 1 AS x) TO '{settings.db_path}'",
+        f"COPY chunks TO '{tmp_path}/leak.csv'",
+        f"EXPORT DATABASE '{tmp_path}/exported'",
+        f"ATTACH '{tmp_path}/other.duckdb' AS other",
+        f"ATTACH '{settings.db_path}' AS store2",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SET enable_external_access = true",
+        "RESET enable_external_access",
+        "SET lock_configuration = false",
+        f"SET enable_external_access = true; SELECT * FROM read_text('{secret}')",
+        "SET allowed_directories = ['/']",
+        "DELETE FROM chunks",
+        "DROP TABLE chunks",
+    ]

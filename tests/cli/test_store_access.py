@@ -18,6 +18,7 @@ from memory_dag.index.published import current_version
 from memory_dag.pipeline import run_all
 from memory_dag.store.connection import open_store
 from tests.conftest import write_jsonl
+from tests.hostile_inputs import sql_escapes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,42 +56,13 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 # --- memory-dag sql ----------------------------------------------------------------------------
 
 
-def escapes(settings: Settings, tmp_path: Path) -> list[str]:
-    """What a user at the SQL prompt tried on the way out of the store (issue 14)."""
-    secret = tmp_path / "secret.txt"
-    secret.write_text("the secret\n")
-    return [
-        f"SELECT content FROM read_text('{secret}')",
-        "SELECT content FROM read_text('/etc/hostname')",
-        f"SELECT * FROM read_csv('{secret}')",
-        f"SELECT * FROM read_blob('{secret}')",
-        f"SELECT * FROM glob('{tmp_path}/**')",
-        "SELECT * FROM glob('/root/**')",
-        f"COPY (SELECT 'v-gone') TO '{settings.index_dir}/CURRENT'",
-        f"COPY (SELECT 1 AS x) TO '{settings.db_path}'",
-        f"COPY chunks TO '{tmp_path}/leak.csv'",
-        f"EXPORT DATABASE '{tmp_path}/exported'",
-        f"ATTACH '{tmp_path}/other.duckdb' AS other",
-        f"ATTACH '{settings.db_path}' AS store2",
-        "INSTALL httpfs",
-        "LOAD httpfs",
-        "SET enable_external_access = true",
-        "RESET enable_external_access",
-        "SET lock_configuration = false",
-        f"SET enable_external_access = true; SELECT * FROM read_text('{secret}')",
-        "SET allowed_directories = ['/']",
-        "DELETE FROM chunks",
-        "DROP TABLE chunks",
-    ]
-
-
 def test_sql_cannot_reach_the_filesystem_or_change_the_store(
     ingested: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     version = current_version(ingested.index_dir)
     store_bytes = ingested.db_path.read_bytes()
     before = sorted(p.name for p in tmp_path.iterdir())
-    tried = escapes(ingested, tmp_path)
+    tried = sql_escapes(ingested, tmp_path)
     after_secret = sorted({*before, "secret.txt"})
 
     for query in tried:
