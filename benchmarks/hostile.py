@@ -34,16 +34,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import dagster as dg  # noqa: E402
-from dagster._core.events import DagsterEventType  # noqa: E402
-from dagster._core.instance.ref import InstanceRef  # noqa: E402
-from dagster._core.storage.dagster_run import RunsFilter  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
-from memory_dag.cli.dagster_runs import PID_TAG  # noqa: E402
-from memory_dag.config import ENV_PREFIX, Settings  # noqa: E402
-from memory_dag.index.published import current_version, load_index  # noqa: E402
-from memory_dag.store.connection import open_store, schema_version  # noqa: E402
+from memory_dag.config import Settings  # noqa: E402
+from memory_dag.index.published import current_version  # noqa: E402
+from memory_dag.store.connection import open_store  # noqa: E402
+from tests import kill_points as kill  # noqa: E402
 from tests.hostile_inputs import check_ingest, hostile_workspace, sql_escapes  # noqa: E402
 
 #: Steps of `memory-dag ingest` in the order they start (the re-index after the summaries
@@ -62,17 +58,6 @@ STEPS = [
 ]
 BOUND = 300.0
 TABLES = ["files", "episodes", "notes", "chunks", "facts", "summaries", "ingest_errors"]
-
-
-def cli() -> list[str]:
-    script = Path(sys.executable).with_name("memory-dag")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "memory_dag.cli.main"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env.update(extra)
-    return env
 
 
 # --- 1. hostile inputs ---------------------------------------------------------------------------
@@ -109,27 +94,9 @@ def hostile_inputs(examples: int, scratch: Path) -> dict[str, int]:
 # --- 2. kill points ------------------------------------------------------------------------------
 
 
-def started_steps(instance: dg.DagsterInstance, pid: int) -> dict[str, float]:
-    """Step key → first start time, over the runs of process `pid`."""
-    steps: dict[str, float] = {}
-    for record in instance.get_run_records(filters=RunsFilter(tags={PID_TAG: str(pid)})):
-        events = instance.get_records_for_run(
-            record.dagster_run.run_id, of_type=DagsterEventType.STEP_START
-        ).records
-        for event in events:
-            entry = event.event_log_entry
-            steps.setdefault(entry.step_key, entry.timestamp)
-    return steps
-
-
 def readable(settings: Settings) -> bool:
     try:
-        if settings.db_path.exists():
-            with open_store(settings.db_path, read_only=True) as con:
-                if schema_version(con) > 0:
-                    con.execute("SELECT count(*) FROM chunks").fetchone()
-        if current_version(settings.index_dir) is not None:
-            load_index(settings.index_dir)
+        kill.check_readable(settings)
     except Exception as error:
         print(f"  unreadable: {type(error).__name__}: {error}")
         return False
@@ -141,23 +108,15 @@ def table_counts(settings: Settings) -> dict[str, int]:
         return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
 
 
-def ingest_command(settings: Settings, *extra: str) -> list[str]:
-    return [
-        *cli(),
-        "ingest",
-        "--workspace",
-        str(settings.workspace),
-        "--db",
-        str(settings.db_path),
-        "--json",
-        *extra,
-    ]
-
-
-def fresh_home(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    shutil.copy(ROOT / "data" / "dagster_home" / "dagster.yaml", folder / "dagster.yaml")
-    return folder
+def run_ingest(settings: Settings, home: Path) -> None:
+    """A whole `memory-dag ingest`; raises on failure or after `BOUND` seconds."""
+    subprocess.run(
+        kill.ingest_command(settings, "--json"),
+        env=kill.cli_env(home),
+        check=True,
+        timeout=BOUND,
+        capture_output=True,
+    )
 
 
 def kill_points(delays: list[float], scratch: Path) -> dict[str, int]:
@@ -166,34 +125,21 @@ def kill_points(delays: list[float], scratch: Path) -> dict[str, int]:
 
     # A clean run, to compare the end state with.
     clean = Settings(workspace=workspace, db_path=scratch / "clean" / "memory.duckdb")
-    home = fresh_home(scratch / "clean_home")
-    subprocess.run(
-        ingest_command(clean),
-        env=clean_env(DAGSTER_HOME=str(home)),
-        check=True,
-        timeout=BOUND,
-        capture_output=True,
-    )
+    run_ingest(clean, kill.dagster_home(scratch / "clean_home"))
     expected = table_counts(clean)
 
     settings = Settings(workspace=workspace, db_path=scratch / "killed" / "memory.duckdb")
-    home = fresh_home(scratch / "killed_home")
-    env = clean_env(DAGSTER_HOME=str(home))
-    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    home = kill.dagster_home(scratch / "killed_home")
+    instance = kill.open_instance(home)
     totals = {"tried": 0, "unreadable": 0, "hangs": 0, "missed": 0}
     points = [(step, delay) for delay in delays for step in STEPS]
     try:
         for step, delay in points:
-            process = subprocess.Popen(
-                ingest_command(settings, "--force"),
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            process = kill.start_ingest(settings, home, "--force", "--json")
             started = time.monotonic()
             killed = False
             while time.monotonic() - started < BOUND and process.poll() is None:
-                steps = started_steps(instance, process.pid)
+                steps = kill.started_steps(instance, process.pid)
                 at = steps.get(step)
                 if at is not None and time.time() >= at + delay:
                     process.send_signal(signal.SIGKILL)
@@ -214,9 +160,7 @@ def kill_points(delays: list[float], scratch: Path) -> dict[str, int]:
             print(f"  {step} +{delay:.1f}s: {outcome} after {time.monotonic() - started:.1f}s")
         started = time.monotonic()
         try:
-            subprocess.run(
-                ingest_command(settings), env=env, check=True, timeout=BOUND, capture_output=True
-            )
+            run_ingest(settings, home)
             converged = table_counts(settings) == expected
             print(f"  last ingest: {time.monotonic() - started:.1f}s, converged: {converged}")
             totals["not_converged"] = int(not converged)
@@ -237,8 +181,8 @@ def sql_escape_attempts(scratch: Path) -> dict[str, int]:
     shutil.copytree(ROOT / "data" / "workspace", workspace)
     settings = Settings(workspace=workspace, db_path=scratch / "store" / "memory.duckdb")
     subprocess.run(
-        [*ingest_command(settings), "--no-dagster"],
-        env=clean_env(),
+        kill.ingest_command(settings, "--no-dagster", "--json"),
+        env=kill.cli_env(),
         check=True,
         capture_output=True,
         timeout=BOUND,
@@ -252,8 +196,8 @@ def sql_escape_attempts(scratch: Path) -> dict[str, int]:
     totals = {"tried": 0, "succeeded": 0}
     for query in queries:
         done = subprocess.run(
-            [*cli(), "sql", query, "--db", str(settings.db_path)],
-            env=clean_env(),
+            [*kill.cli(), "sql", query, "--db", str(settings.db_path)],
+            env=kill.cli_env(),
             capture_output=True,
             text=True,
             timeout=BOUND,
@@ -293,6 +237,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="memory-dag-hostile-") as folder:
         scratch = Path(folder)
         began = time.monotonic()
+        (scratch / "inputs").mkdir()
         inputs = hostile_inputs(args.examples, scratch / "inputs")
         say(
             f"\nhostile inputs: {inputs['tried']} tried in {inputs['workspaces']} workspaces "

@@ -119,14 +119,7 @@ def _read(source_file: SourceFile) -> ParsedFile:
         return read_source(source_file)
     except Exception as error:  # a bug on odd input must cost one file, not the ingest
         reason = f"could not be read: {type(error).__name__}: {error}"[:500]
-        return ParsedFile(
-            file=source_file,
-            hash=source_file.fingerprint or "",
-            size=0,
-            mtime=0.0,
-            text=None,
-            errors=[IngestError(source_file.rel_path, None, reason)],
-        )
+        return ParsedFile.unread(source_file, reason, source_file.fingerprint or "")
 
 
 def _write_changes(con: Any, parsed: list[ParsedFile], gone: list[str]) -> int:

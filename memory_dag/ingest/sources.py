@@ -105,6 +105,18 @@ class ParsedFile:
     turns: list[Turn] = field(default_factory=list)
     errors: list[IngestError] = field(default_factory=list)
 
+    @classmethod
+    def unread(cls, file: SourceFile, reason: str, hash: str = "") -> ParsedFile:
+        """A file whose content is not used, with one error row saying why."""
+        return cls(
+            file=file,
+            hash=hash,
+            size=0,
+            mtime=0.0,
+            text=None,
+            errors=[IngestError(file.rel_path, None, reason)],
+        )
+
     @property
     def body(self) -> str:
         """The Markdown text after the front matter; chunk it with first_line=body_start_line."""
@@ -244,14 +256,7 @@ def hash_bytes(data: bytes) -> str:
 def read_source(file: SourceFile) -> ParsedFile:
     """Read and parse one file. Never raises for bad content; problems land in `errors`."""
     if file.refused is not None:
-        return ParsedFile(
-            file=file,
-            hash=file.fingerprint or "",
-            size=0,
-            mtime=0.0,
-            text=None,
-            errors=[IngestError(file.rel_path, None, file.refused)],
-        )
+        return ParsedFile.unread(file, file.refused, file.fingerprint or "")
     try:
         # O_NOFOLLOW: the path was resolved at discovery; a symlink swapped in since is refused.
         # O_NONBLOCK: a FIFO swapped in since cannot block the read.
@@ -262,15 +267,7 @@ def read_source(file: SourceFile) -> ParsedFile:
                 raise OSError(errno.EINVAL, "not a regular file")
             data = handle.read()
     except OSError as exc:
-        reason = f"cannot read file: {exc.strerror or exc}"
-        return ParsedFile(
-            file=file,
-            hash="",
-            size=0,
-            mtime=0.0,
-            text=None,
-            errors=[IngestError(file.rel_path, None, reason)],
-        )
+        return ParsedFile.unread(file, f"cannot read file: {exc.strerror or exc}")
 
     parsed = ParsedFile(
         file=file, hash=hash_bytes(data), size=len(data), mtime=info.st_mtime, text=None
@@ -471,6 +468,10 @@ def _parse_transcript(parsed: ParsedFile) -> None:
             parsed.turns.append(turn)
 
 
+#: A JSON escape of a UTF-16 surrogate (paired ones encode emoji; a lone one is invalid text).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def _json_record(raw: str) -> dict[str, Any]:
     """The JSON object of one transcript line; ValueError says why the line is not one."""
     try:
@@ -485,7 +486,7 @@ def _json_record(raw: str) -> dict[str, Any]:
     if raw.count("[") + raw.count("{") > MAX_NESTING_DEPTH and _depth(record) > MAX_NESTING_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_NESTING_DEPTH} levels")
     # `\\ud800` escapes decode to lone surrogates, which no UTF-8 store can hold.
-    if "\\u" in raw and not _is_utf8(json.dumps(record, ensure_ascii=False)):
+    if _SURROGATE_ESCAPE.search(raw) and not _is_utf8(json.dumps(record, ensure_ascii=False)):
         raise ValueError("JSON has an unpaired surrogate escape (such as \\ud800)")
     return record
 

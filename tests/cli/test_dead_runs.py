@@ -8,26 +8,27 @@ past the slot its killed predecessor held; the last one runs to the end within a
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster._core.events import DagsterEventType
-from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.dagster_run import RunsFilter
 
 from memory_dag.cli.dagster_runs import HOST_TAG, PID_TAG, free_dead_runs, run_tags
-from memory_dag.config import ENV_PREFIX, Settings
-from memory_dag.index.published import load_index
-from memory_dag.store.connection import open_store, schema_version
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from memory_dag.config import Settings
+from memory_dag.store.connection import open_store
+from tests.kill_points import (
+    check_readable,
+    cli_env,
+    dagster_home,
+    ingest_command,
+    open_instance,
+    start_ingest,
+    started_steps,
+)
 
 #: The stages (asset steps) of one `memory-dag ingest`, in the order they run, ending with the
 #: summaries of a conversation partition. (benchmarks/hostile.py also kills inside the checks
@@ -47,58 +48,18 @@ GENEROUS = 300
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    """A Dagster home with the project's instance settings (one `duckdb` slot)."""
-    folder = tmp_path / "dagster_home"
-    folder.mkdir()
-    shutil.copy(REPO_ROOT / "data" / "dagster_home" / "dagster.yaml", folder / "dagster.yaml")
-    return folder
-
-
-def _instance(home: Path) -> dg.DagsterInstance:
-    """The instance the CLI processes use, opened by the test beside them."""
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env["DAGSTER_HOME"] = str(home)
-    return env
-
-
-def _ingest_command(settings: Settings, *extra: str) -> list[str]:
-    script = Path(sys.executable).with_name("memory-dag")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "memory_dag.cli.main"]
-    return [
-        *command,
-        "ingest",
-        "--workspace",
-        str(settings.workspace),
-        "--db",
-        str(settings.db_path),
-        *extra,
-    ]
-
-
-def _started_steps(instance: dg.DagsterInstance, pid: int) -> set[str]:
-    records = instance.get_run_records(filters=RunsFilter(tags={PID_TAG: str(pid)}))
-    steps: set[str] = set()
-    for record in records:
-        events = instance.get_records_for_run(
-            record.dagster_run.run_id, of_type=DagsterEventType.STEP_START
-        ).records
-        steps.update(event.event_log_entry.step_key for event in events)
-    return steps
+    return dagster_home(tmp_path / "dagster_home")
 
 
 def _kill_when_started(process: subprocess.Popen, home: Path, stage: str) -> bool:
     """SIGKILL `process` as soon as its run starts `stage` (or a later one, should the poll
     miss a short step); False if it ended first."""
     later = set(STAGES[STAGES.index(stage) :])
-    instance = _instance(home)
+    instance = open_instance(home)
     try:
         deadline = time.monotonic() + GENEROUS
         while time.monotonic() < deadline and process.poll() is None:
-            if later & _started_steps(instance, process.pid):
+            if later & set(started_steps(instance, process.pid)):
                 process.send_signal(signal.SIGKILL)
                 process.wait()
                 return True
@@ -108,29 +69,12 @@ def _kill_when_started(process: subprocess.Popen, home: Path, stage: str) -> boo
         instance.dispose()
 
 
-def _assert_readable(settings: Settings) -> None:
-    """The last good state: the store opens (empty if killed before its first commit), and
-    CURRENT (if any) names a whole index."""
-    if settings.db_path.exists():
-        with open_store(settings.db_path, read_only=True) as con:
-            if schema_version(con) > 0:
-                con.execute("SELECT count(*) FROM files").fetchone()
-    if (settings.index_dir / "CURRENT").exists():
-        load_index(settings.index_dir)
-
-
 def test_kill_9_at_every_stage_then_ingest_completes(
     settings: Settings, home: Path, tmp_path: Path
 ) -> None:
     killed: list[str] = []
     for stage in STAGES:
-        process = subprocess.Popen(
-            _ingest_command(settings, "--json"),
-            env=_env(home),
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        process = start_ingest(settings, home, "--json", cwd=tmp_path)
         try:
             if _kill_when_started(process, home, stage):
                 killed.append(stage)
@@ -138,11 +82,11 @@ def test_kill_9_at_every_stage_then_ingest_completes(
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        _assert_readable(settings)
+        check_readable(settings)
 
     done = subprocess.run(
-        _ingest_command(settings),
-        env=_env(home),
+        ingest_command(settings),
+        env=cli_env(home),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -152,10 +96,10 @@ def test_kill_9_at_every_stage_then_ingest_completes(
     assert done.returncode == 0, done.stderr
     assert killed == STAGES  # each process reached its stage: none hung on a dead one's slot
     assert "died as failed and freed their slots" in done.stderr
-    _assert_readable(settings)
+    check_readable(settings)
     with open_store(settings.db_path, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 9
-    instance = _instance(home)
+    instance = open_instance(home)
     try:
         stuck = instance.get_run_records(filters=RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
         assert stuck == []
@@ -169,18 +113,19 @@ def test_kill_9_at_every_stage_then_ingest_completes(
 def test_a_signal_stops_ingest_with_a_message_and_frees_its_run(
     settings: Settings, home: Path, tmp_path: Path, signum: int, code: int
 ) -> None:
-    process = subprocess.Popen(
-        _ingest_command(settings, "--force"),
-        env=_env(home),
+    process = start_ingest(
+        settings,
+        home,
+        "--force",
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    instance = _instance(home)
+    instance = open_instance(home)
     try:
         deadline = time.monotonic() + GENEROUS
-        while "chunks" not in _started_steps(instance, process.pid):
+        while "chunks" not in started_steps(instance, process.pid):
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.02)
         process.send_signal(signum)
@@ -197,7 +142,7 @@ def test_a_signal_stops_ingest_with_a_message_and_frees_its_run(
         if process.poll() is None:
             process.kill()
         instance.dispose()
-    _assert_readable(settings)
+    check_readable(settings)
 
 
 # --- free_dead_runs on its own -----------------------------------------------------------------

@@ -3,8 +3,6 @@ writer, a lock or a missing store is one clear line, and --db picks the store an
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -13,25 +11,14 @@ from pathlib import Path
 import pytest
 
 from memory_dag.cli.main import main
-from memory_dag.config import ENV_PREFIX, Settings
+from memory_dag.config import Settings
 from memory_dag.index.published import current_version
 from memory_dag.pipeline import run_all
 from memory_dag.store.connection import open_store
+from tests.cli.test_cli import isolated_env  # noqa: F401 (autouse: no MEMORY_DAG_*)
 from tests.conftest import write_jsonl
 from tests.hostile_inputs import sql_escapes
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(ENV_PREFIX):
-            monkeypatch.delenv(name)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO_ROOT / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
+from tests.kill_points import cli, cli_env
 
 
 @pytest.fixture
@@ -114,12 +101,10 @@ def _hold_lock(db_path: Path) -> subprocess.Popen:
 def test_a_long_sql_read_does_not_keep_writers_out(ingested: Settings, tmp_path: Path) -> None:
     snapshots = tmp_path / "tmp"
     snapshots.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env["TMPDIR"] = str(snapshots)
-    script = Path(sys.executable).with_name("memory-dag")
+    env = {**cli_env(), "TMPDIR": str(snapshots)}
     long_query = "SELECT sum(i % 7) FROM range(100000000000) t(i)"  # minutes of work
     reader = subprocess.Popen(
-        [str(script), "sql", long_query, *db_args(ingested)],
+        [*cli(), "sql", long_query, *db_args(ingested)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

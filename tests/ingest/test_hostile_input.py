@@ -7,6 +7,7 @@ many hostile workspaces (tests/hostile_inputs.py) and checks the rule on each.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections.abc import Callable
@@ -304,3 +305,49 @@ def test_ingest_never_raises_keeps_every_good_line_and_reports_every_bad_one(
 
     assert outcome.problems == []
     assert (outcome.failures, outcome.good_lost, outcome.bad_unreported) == (0, 0, 0)
+
+
+# --- the safety nets: a failure nobody foresaw costs one file, once ------------------------------
+
+
+def _poison(real: Callable, path: str) -> Callable:
+    """`real`, failing whenever its first argument (the file or files it works on) mentions
+    `path`: a bug on one file's input."""
+
+    def call(*args: object, **kwargs: object) -> object:
+        if path in repr(args[0]):
+            raise RuntimeError(f"unforeseen failure on {path}")
+        return real(*args, **kwargs)
+
+    return call
+
+
+@pytest.mark.parametrize(
+    ("module", "function", "reason"),
+    [
+        ("memory_dag.ingest.files", "_note_row", "could not be stored: RuntimeError"),
+        ("memory_dag.ingest.chunks", "note_chunk_rows", "could not be chunked: RuntimeError"),
+        ("memory_dag.ingest.files", "read_source", "could not be read: RuntimeError"),
+    ],
+)
+def test_a_failure_on_one_file_is_one_error_row_and_not_repeated(
+    module: str,
+    function: str,
+    reason: str,
+    good_workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (good_workspace / "memory").mkdir()
+    (good_workspace / "memory" / "poison.md").write_text("Anything at all.\n", encoding="utf-8")
+    target = importlib.import_module(module)
+    monkeypatch.setattr(target, function, _poison(getattr(target, function), "poison.md"))
+    settings = Settings(workspace=good_workspace, db_path=tmp_path / "memory.duckdb")
+
+    first = _ingest(settings)
+    again = _ingest(settings)
+
+    assert GOOD_NOTE in first["chunks"] and f"User: {GOOD_TURN}" in first["chunks"]
+    [(path, line, why)] = first["errors"]
+    assert (path, line) == ("memory/poison.md", None) and why.startswith(reason)
+    assert again == first and first["pending"] == 0
