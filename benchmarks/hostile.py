@@ -1,6 +1,7 @@
 """Hostile input, kill -9 and SQL escapes, on the paths a user takes (issue 14).
 
     python benchmarks/hostile.py [--examples 100] [--kill-delays 0,0.4] [--out FILE]
+        [--store PATH]
 
 1. Hostile inputs: hypothesis draws workspaces in which good lines sit beside hostile lines and
    files (tests/hostile_inputs.py); each is ingested twice with every stage (`run_all`).
@@ -15,7 +16,8 @@
    Prints kill points tried / states unreadable / later runs that hang.
 3. SQL escapes: `memory-dag sql` as a process, for every escape of `sql_escapes`; one
    succeeded if it exited 0, showed the secret, changed the store or CURRENT, or made a file.
-   Prints escapes tried / succeeded.
+   Prints escapes tried / succeeded, then how long a writer waits while a long `sql` read runs,
+   and (--store PATH) how long the snapshot of a given store holds its lock.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import argparse
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -213,7 +216,47 @@ def sql_escape_attempts(scratch: Path) -> dict[str, int]:
         totals["succeeded"] += escaped
         if escaped:
             print(f"  escaped: {query}")
+    totals["writer_wait"] = writer_wait_during_long_read(settings, scratch)
     return totals
+
+
+def writer_wait_during_long_read(settings: Settings, scratch: Path) -> float:
+    """Seconds a writer waits for the store while a long `memory-dag sql` read runs (it takes
+    the lock only to copy the store); the read is stopped afterwards."""
+    snapshots = scratch / "tmp"
+    snapshots.mkdir()
+    reader = subprocess.Popen(
+        [*kill.cli(), "sql", "SELECT sum(i % 7) FROM range(100000000000) t(i)", "--db"]
+        + [str(settings.db_path)],
+        env={**kill.cli_env(), "TMPDIR": str(snapshots)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while not any(snapshots.glob("memory-dag-sql-*/memory.duckdb")):  # copying
+            assert reader.poll() is None, "the read ended early"
+            time.sleep(0.01)
+        began = time.monotonic()
+        with open_store(settings.db_path, lock_timeout=BOUND) as con:
+            con.execute("SELECT 1")
+        waited = time.monotonic() - began
+        assert reader.poll() is None, "the long read ended early"
+    finally:
+        reader.kill()
+        reader.wait()
+    return waited
+
+
+def snapshot_lock_seconds(db_path: Path, repeats: int = 5) -> float:
+    """Median seconds `memory-dag sql` holds a store's lock to copy it."""
+    from memory_dag.store.user_sql import snapshot_copy
+
+    times = []
+    for _ in range(repeats):
+        began = time.monotonic()
+        with snapshot_copy(db_path):
+            times.append(time.monotonic() - began)
+    return statistics.median(times)
 
 
 def main() -> None:
@@ -221,6 +264,9 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=100, help="hostile workspaces")
     parser.add_argument("--kill-delays", default="0,0.4", help="seconds after a step starts")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    parser.add_argument(
+        "--store", type=Path, default=None, help="also time the SQL snapshot of this store"
+    )
     args = parser.parse_args()
 
     lines: list[str] = []
@@ -256,6 +302,14 @@ def main() -> None:
         )
         escapes = sql_escape_attempts(scratch / "sql")
         say(f"SQL escapes: {escapes['tried']} tried / succeeded {escapes['succeeded']}")
+        say(
+            f"a writer waited {escapes['writer_wait']:.2f}s for the store while a long "
+            "`memory-dag sql` read ran"
+        )
+        if args.store:
+            size = args.store.stat().st_size / 1e6
+            seconds = snapshot_lock_seconds(args.store)
+            say(f"SQL snapshot of a {size:,.0f} MB store: lock held {seconds:.2f}s (median of 5)")
     say(f"load average at end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
