@@ -147,19 +147,11 @@ def _boot_time() -> float:
     return 0.0
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM reached the CLI; `signal_name` says which."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-
 def run_in_worker(work: Callable[[], T]) -> T:
     """Run `work` in a worker thread and wait; signals keep reaching this (main) thread.
 
-    Raises whatever `work` raised, or the KeyboardInterrupt / `Interrupted` the main thread
-    received while waiting (the worker is then left to die with the process).
+    Raises whatever `work` raised, or the KeyboardInterrupt (`common.Interrupted`) the main thread
+    received while waiting (the worker is then left to die with the process: `exit_now`).
     """
     outcome: dict[str, Any] = {}
 

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from memory_dag.cli.common import print_json, settings_from_args
-from memory_dag.cli.dagster_runs import Interrupted
+from memory_dag.cli.common import (
+    Interrupted,
+    exit_now,
+    print_json,
+    report_error,
+    require_store,
+    restore_signals,
+    settings_from_args,
+    signal_exit_code,
+    stop_on_signals,
+)
 from memory_dag.config import Settings
-from memory_dag.store.connection import StoreLockedError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,7 +118,7 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
         # The worker may be inside a step: record the stop, then leave without waiting for it.
         name = stop.signal_name if isinstance(stop, Interrupted) else "SIGINT"
         fail_own_runs(instance, f"stopped by {name}")
-        _exit_now(name)
+        exit_now(name)
 
 
 def _ingest_with_dagster(
@@ -443,81 +448,21 @@ def _command_modules() -> list[Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    previous = _stop_on_signals()
+    previous = stop_on_signals()
     try:
-        _require_store(args)
+        require_store(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt as stop:
         name = stop.signal_name if isinstance(stop, Interrupted) else "SIGINT"
         print(f"memory-dag: stopped by {name}", file=sys.stderr)
-        return _exit_code(name)
-    except FileNotFoundError as error:
-        print(f"memory-dag: {error}", file=sys.stderr)
-        return 2
+        return signal_exit_code(name)
     except Exception as error:
-        locked = _cause(error, StoreLockedError)
-        if locked is not None:
-            print(f"memory-dag: {locked}; try again when it has finished", file=sys.stderr)
-            return 2
-        if isinstance(error, duckdb.Error):
-            print(f"memory-dag: {type(error).__name__}: {error}", file=sys.stderr)
-            return 1
-        raise
+        code = report_error(error)
+        if code is None:
+            raise
+        return code
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _require_store(args: argparse.Namespace) -> None:
-    """Every command but the ones that build a store needs one: no silent empty answers, and
-    no queue folders or empty stores made beside a mistyped --db."""
-    if not hasattr(args, "db") or getattr(args, "creates_store", False):
-        return
-    db_path = settings_from_args(args).db_path
-    if not Path(db_path).exists():
-        raise FileNotFoundError(f"no memory store at {db_path}: run `memory-dag ingest` first")
-
-
-def _stop_on_signals() -> dict[int, Any]:
-    """SIGINT and SIGTERM raise `Interrupted` in the main thread; returns the old handlers."""
-
-    def stop(signum: int, _frame: Any) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    previous = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, stop)
-    return previous
-
-
-def _exit_code(signal_name: str) -> int:
-    return 128 + int(getattr(signal, signal_name, signal.SIGINT))
-
-
-def _exit_now(signal_name: str) -> None:
-    """Leave at once (a worker thread may still be inside DuckDB), saying what happened."""
-    print(
-        f"memory-dag: stopped by {signal_name}; the store keeps its last committed state "
-        "(run `memory-dag ingest` again to finish)",
-        file=sys.stderr,
-    )
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(_exit_code(signal_name))
-
-
-def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """`error` or the first exception of type `kind` it was raised from (Dagster wraps them)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = (
-            getattr(current, "user_exception", None) or current.__cause__ or current.__context__
-        )
-    return None
+        restore_signals(previous)
 
 
 if __name__ == "__main__":

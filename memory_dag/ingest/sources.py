@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
-import re
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,12 +28,12 @@ from typing import Any, Literal
 import yaml
 
 from memory_dag.ids import path_part_problem
+from memory_dag.ingest.decoding import decode_text, is_utf8
 from memory_dag.ingest.front_matter import FrontMatterRefused, load_front_matter
+from memory_dag.ingest.json_lines import json_object
 from memory_dag.ingest.limits import (
     EARLIEST_TIME,
     LATEST_TIME,
-    MAX_LINE_CHARS,
-    MAX_NESTING_DEPTH,
 )
 
 SourceKind = Literal["note", "entry", "transcript"]
@@ -43,9 +41,6 @@ SourceName = Literal["memory", "sessions"]
 
 #: Roles kept from transcripts; system prompts and tool output are not memories of the user.
 KEPT_ROLES = ("user", "assistant")
-
-#: How much of a file is checked for NUL bytes to call it binary.
-BINARY_SNIFF_BYTES = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +155,7 @@ def discover_files(workspace: Path, extra_roots: Iterable[Path] = ()) -> list[So
     seen: set[tuple[int, int] | str] = set()
     for rel_path, source, kind in candidates:
         path, refused = _real_path(workspace / rel_path, roots)
-        if not _is_utf8(rel_path):
+        if not is_utf8(rel_path):
             refused = "the file name is not valid UTF-8"
             rel_path = rel_path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         identity = rel_path if refused else _file_identity(path)
@@ -186,15 +181,6 @@ def _real_path(link: Path, roots: list[Path]) -> tuple[Path, str | None]:
     if not any(path.is_relative_to(root) for root in roots):
         return link.absolute(), f"symlink to {path}, outside the workspace; not read"
     return path, None
-
-
-def _is_utf8(text: str) -> bool:
-    """False for names the filesystem gave back with undecodable bytes (surrogate escapes)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _walk(workspace: Path, folder: str, suffix: str) -> Iterator[str]:
@@ -272,17 +258,16 @@ def read_source(file: SourceFile) -> ParsedFile:
     parsed = ParsedFile(
         file=file, hash=hash_bytes(data), size=len(data), mtime=info.st_mtime, text=None
     )
-    text = _decode(data, parsed)
+    # One line convention everywhere, so line numbers match what editors show.
+    text, problems = decode_text(data)
+    parsed.errors.extend(IngestError(file.rel_path, line, reason) for line, reason in problems)
     if text is None:
         return parsed
-    # One line convention everywhere, so line numbers match what editors show.
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    parsed.text = text
     if not text.strip():
         if not parsed.errors:  # not when its only lines were left out for a reason
             parsed.errors.append(IngestError(file.rel_path, None, "empty file"))
-        parsed.text = text
         return parsed
-    parsed.text = _without_long_lines(text, parsed)
 
     if file.kind == "transcript":
         _parse_transcript(parsed)
@@ -293,86 +278,6 @@ def read_source(file: SourceFile) -> ParsedFile:
             if conversation_id is not None:
                 parsed.front_matter["conversation_id"] = conversation_id
     return parsed
-
-
-#: Line breaks as `read_source` counts them (CRLF, CR or LF), for per-line decoding.
-_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
-
-
-def _decode(data: bytes, parsed: ParsedFile) -> str | None:
-    """The text of a file, or None (with an error) when it is binary or not text at all.
-
-    UTF-16 and UTF-32 are recognised by their byte order mark, UTF-16 also by its zero bytes.
-    UTF-8 with a bad byte keeps every line that decodes; each line that does not is left out
-    (as an empty line, so line numbers stay true) with an error row.
-    """
-    rel_path = parsed.file.rel_path
-    wide = _wide_encoding(data[:BINARY_SNIFF_BYTES])
-    if wide is not None:
-        try:
-            text = data.decode(wide)
-        except UnicodeDecodeError as exc:
-            if wide in ("utf-16", "utf-32"):  # it said so with a byte order mark
-                reason = f"not valid {wide} at byte {exc.start}"
-                parsed.errors.append(IngestError(rel_path, None, reason))
-                return None
-        else:
-            if not _CONTROL.search(text):
-                return text
-    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-        parsed.errors.append(IngestError(rel_path, None, "binary file"))
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    lines: list[str] = []
-    for number, raw in enumerate(_LINE_BREAK.split(data), start=1):
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            lines.append("")
-            reason = f"not valid UTF-8 at byte {exc.start} of the line; line left out"
-            parsed.errors.append(IngestError(rel_path, number, reason))
-    return "\n".join(lines)
-
-
-def _wide_encoding(head: bytes) -> str | None:
-    """ "utf-32" / "utf-16" (with a byte order mark), "utf-16-le" / "-be" (without), or None."""
-    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
-        return "utf-32"
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return "utf-16"
-    if len(head) < 4 or b"\x00" not in head:
-        return None
-    even, odd = head[0::2], head[1::2]
-    # Without a mark: UTF-16 whose characters are at least a quarter ASCII has the zero bytes
-    # of those on one side only.
-    if b"\x00" not in even and odd.count(0) * 4 >= len(odd):
-        return "utf-16-le"
-    if b"\x00" not in odd and even.count(0) * 4 >= len(even):
-        return "utf-16-be"
-    return None
-
-
-#: Control characters that text files do not hold (tab, newline and carriage return do).
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
-
-
-def _without_long_lines(text: str, parsed: ParsedFile) -> str:
-    """Leave out (as empty lines) lines over `MAX_LINE_CHARS`, each with an error row."""
-    if len(text) <= MAX_LINE_CHARS:
-        return text
-    lines = text.split("\n")
-    for index, line in enumerate(lines):
-        if len(line) > MAX_LINE_CHARS:
-            lines[index] = ""
-            reason = (
-                f"line is {len(line):,} characters, over the limit of {MAX_LINE_CHARS:,}; "
-                "line left out"
-            )
-            parsed.errors.append(IngestError(parsed.file.rel_path, index + 1, reason))
-    return "\n".join(lines)
 
 
 def _entry_conversation_id(rel_path: str) -> str | None:
@@ -457,7 +362,7 @@ def _parse_transcript(parsed: ParsedFile) -> None:
         if not raw.strip():
             continue
         try:
-            record = _json_record(raw)
+            record = json_object(raw)
             turn, problem = _turn_from_record(record, session_id, conversation_id, number)
         except ValueError as exc:
             parsed.errors.append(IngestError(rel_path, number, str(exc)))
@@ -466,43 +371,6 @@ def _parse_transcript(parsed: ParsedFile) -> None:
             parsed.errors.append(IngestError(rel_path, number, problem))
         if turn is not None:
             parsed.turns.append(turn)
-
-
-#: A JSON escape of a UTF-16 surrogate (paired ones encode emoji; a lone one is invalid text).
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def _json_record(raw: str) -> dict[str, Any]:
-    """The JSON object of one transcript line; ValueError says why the line is not one."""
-    try:
-        record = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
-    except RecursionError:
-        raise ValueError(f"JSON nested deeper than {MAX_NESTING_DEPTH} levels") from None
-    if not isinstance(record, dict):
-        raise ValueError(f"line is a JSON {type(record).__name__}, not an object")
-    # A line can only be deeper than it has brackets: most lines skip the walk.
-    if raw.count("[") + raw.count("{") > MAX_NESTING_DEPTH and _depth(record) > MAX_NESTING_DEPTH:
-        raise ValueError(f"JSON nested deeper than {MAX_NESTING_DEPTH} levels")
-    # `\\ud800` escapes decode to lone surrogates, which no UTF-8 store can hold.
-    if _SURROGATE_ESCAPE.search(raw) and not _is_utf8(json.dumps(record, ensure_ascii=False)):
-        raise ValueError("JSON has an unpaired surrogate escape (such as \\ud800)")
-    return record
-
-
-def _depth(value: Any) -> int:
-    """Levels of nested lists and dicts, without recursion."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list):
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in item)
-    return deepest
 
 
 def _turn_from_record(
