@@ -43,35 +43,37 @@ def free_dead_runs(instance: Any) -> list[str]:
     local SQLite files, from the pid Dagster records when a run starts executing (runs from
     before these tags, or from `dagster dev`). Returns the ids of the runs marked failed.
     """
-    import dagster as dg
     from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES, RunsFilter
 
     local = "sqlite" in type(instance.run_storage).__name__.lower()
     failed: list[str] = []
     for record in instance.get_run_records(filters=RunsFilter(statuses=NOT_FINISHED_STATUSES)):
         run = record.dagster_run
-        pid = _run_pid(instance, run, local)
-        if pid is None or pid == os.getpid():
+        owner = _run_process(instance, record, local)
+        if owner is None or owner[0] == os.getpid():
             continue
-        if _process_alive(pid, record.create_timestamp.timestamp()):
+        pid, seen_at = owner
+        if _process_alive(pid, seen_at):
             continue
         instance.report_run_failed(
             run, f"memory-dag: the process that ran this (pid {pid}) is gone; marked failed"
         )
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         failed.append(run.run_id)
-    _free_slots_of_ended_runs(instance, dg.DagsterRunStatus)
+    _free_slots_of_ended_runs(instance)
     return failed
 
 
-def _run_pid(instance: Any, run: Any, local: bool) -> int | None:
-    """The process executing `run` on this host, or None when that cannot be known here."""
+def _run_process(instance: Any, record: Any, local: bool) -> tuple[int, float] | None:
+    """(pid, a time that process was surely alive) of the process executing a run on this
+    host, or None when that cannot be known here."""
     from dagster._core.events import DagsterEventType
 
-    if HOST_TAG in run.tags:
+    run = record.dagster_run
+    if HOST_TAG in run.tags:  # a CLI run: its process created it
         if run.tags[HOST_TAG] != socket.gethostname():
             return None
-        return int(run.tags.get(PID_TAG, "0") or 0)
+        return int(run.tags.get(PID_TAG, "0") or 0), record.create_timestamp.timestamp()
     if not local:
         return None  # a shared instance: the run may live on another machine
     events = instance.get_records_for_run(
@@ -80,8 +82,8 @@ def _run_pid(instance: Any, run: Any, local: bool) -> int | None:
     for event in events:
         data = event.event_log_entry.dagster_event.event_specific_data
         pid = getattr(data, "metadata", {}).get("pid") if data is not None else None
-        if pid is not None:
-            return int(getattr(pid, "value", pid))
+        if pid is not None:  # the run worker said so while it ran
+            return int(getattr(pid, "value", pid)), event.event_log_entry.timestamp
     return None
 
 
@@ -98,8 +100,10 @@ def fail_own_runs(instance: Any, reason: str) -> list[str]:
     return [record.dagster_run.run_id for record in records]
 
 
-def _free_slots_of_ended_runs(instance: Any, statuses: Any) -> None:
+def _free_slots_of_ended_runs(instance: Any) -> None:
     """Slots and queued steps of runs that finished, failed or vanished: nothing needs them."""
+    from dagster._core.storage.dagster_run import FINISHED_STATUSES
+
     storage = instance.event_log_storage
     if not storage.supports_global_concurrency_limits:
         return
@@ -108,18 +112,18 @@ def _free_slots_of_ended_runs(instance: Any, statuses: Any) -> None:
         info = storage.get_concurrency_info(key)
         holders.update(slot.run_id for slot in info.claimed_slots)
         holders.update(step.run_id for step in info.pending_steps)
-    ended = {statuses.SUCCESS, statuses.FAILURE, statuses.CANCELED}
     for run_id in holders:
         run = instance.get_run_by_id(run_id)
-        if run is None or run.status in ended:
+        if run is None or run.status in FINISHED_STATUSES:
             storage.free_concurrency_slots_for_run(run_id)
 
 
-def _process_alive(pid: int, run_created: float) -> bool:
-    """True while `pid` is a live process that existed when the run was created.
+def _process_alive(pid: int, seen_at: float) -> bool:
+    """True while `pid` is a live process that already existed at `seen_at` (when the run was
+    created, or when its worker reported its pid).
 
-    A zombie (killed, not yet reaped) is dead; a process that started after the run was
-    created is another one that reused the id.
+    A zombie (killed, not yet reaped) is dead; a process that started later is another one
+    that reused the id.
     """
     if pid <= 0:
         return False
@@ -137,7 +141,7 @@ def _process_alive(pid: int, run_created: float) -> bool:
     if fields[0] == "Z":
         return False
     started = _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    return started <= run_created + 1.0
+    return started <= seen_at + 1.0
 
 
 def _boot_time() -> float:

@@ -242,7 +242,9 @@ class _EpisodeColumns:
                     copy += 1
                     turn_id = f"{turn.session_id}:{turn.line}~{copy}"
                 reason = f"duplicate turn id {turn.id!r}; kept as {turn_id!r}"
-                errors.append(IngestError(path, turn.line, reason))
+                error = IngestError(path, turn.line, reason)
+                if error not in errors:  # the file may be written twice (file by file)
+                    errors.append(error)
             seen.add(turn_id)
             columns["id"].append(episode_id(path, turn_id))
             columns["content"].append(turn.content)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.events import EngineEventData
 from dagster._core.storage.dagster_run import RunsFilter
 
 from memory_dag.cli.dagster_runs import HOST_TAG, PID_TAG, free_dead_runs, run_tags
@@ -207,3 +208,33 @@ def test_a_pid_reused_after_the_run_started_counts_as_dead() -> None:
                 assert free_dead_runs(instance) == [run.run_id]
             finally:
                 newer.kill()
+
+
+def _report_worker_pid(instance: dg.DagsterInstance, run_id: str, pid: int) -> None:
+    """What a run worker started by anything but the CLI (`dagster dev`, an older memory-dag)
+    records: only this pid tells whose run it is."""
+    instance.report_engine_event(
+        f"Started process for run (pid: {pid}).",
+        instance.get_run_by_id(run_id),
+        EngineEventData(metadata={"pid": dg.MetadataValue.text(str(pid))}),
+    )
+
+
+def test_runs_without_tags_are_judged_by_the_pid_their_worker_reported() -> None:
+    overrides = {"concurrency": {"pools": {"default_limit": 2}}}
+    with dg.instance_for_test(overrides=overrides) as instance:
+        dead_run = instance.create_run_for_job(_job, status=dg.DagsterRunStatus.STARTED).run_id
+        _report_worker_pid(instance, dead_run, _dead_pid())
+        instance.event_log_storage.claim_concurrency_slot("duckdb", dead_run, "step")
+        queued = instance.create_run_for_job(_job, status=dg.DagsterRunStatus.STARTED).run_id
+        time.sleep(3)  # its worker starts well after the run was created (a queued run)
+        with subprocess.Popen(["sleep", "30"]) as worker:
+            try:
+                _report_worker_pid(instance, queued, worker.pid)
+
+                assert free_dead_runs(instance) == [dead_run]
+                assert instance.get_run_by_id(queued).status == dg.DagsterRunStatus.STARTED
+                info = instance.event_log_storage.get_concurrency_info("duckdb")
+                assert info.claimed_slots == []
+            finally:
+                worker.kill()
