@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.events import EngineEventData
-from dagster._core.storage.dagster_run import RunsFilter
+from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES, RunsFilter
 
 from memory_dag.cli.dagster_runs import HOST_TAG, PID_TAG, free_dead_runs, run_tags
 from memory_dag.config import Settings
@@ -96,13 +96,13 @@ def test_kill_9_at_every_stage_then_ingest_completes(
 
     assert done.returncode == 0, done.stderr
     assert killed == STAGES  # each process reached its stage: none hung on a dead one's slot
-    assert "died as failed and freed their slots" in done.stderr
     check_readable(settings)
     with open_store(settings.db_path, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 9
     instance = open_instance(home)
     try:
-        stuck = instance.get_run_records(filters=RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        # Every run a killed process left unfinished was marked failed by the next one.
+        stuck = instance.get_run_records(filters=RunsFilter(statuses=NOT_FINISHED_STATUSES))
         assert stuck == []
         storage = instance.event_log_storage
         assert storage.get_concurrency_info("duckdb").claimed_slots == []
