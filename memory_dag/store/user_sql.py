@@ -8,7 +8,7 @@ project loads itself (FTS, from the duckdb-extension-fts package) is loaded.
 local use. Second, a long query never keeps writers out: DuckDB lets a writer in only when no
 other process has the file open, so the query reads a copy made while the store's lock was
 held for the copy alone (DuckDB writes in place, so only a full copy is a snapshot; at 100k
-chunks it takes about a second: docs/benchmarks.md). The copy lives in a temporary folder and
+chunks it takes 0.14-0.32 s: docs/benchmarks.md). The copy lives in a temporary folder and
 is removed afterwards.
 """
 
