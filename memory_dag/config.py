@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 EmbeddingProviderName = Literal["wordllama", "onnx", "openai"]
 
@@ -28,6 +28,8 @@ ENV_FIELDS: dict[str, str] = {
     "LLM_MODEL": "llm_model",
     "LLM_API_KEY": "llm_api_key",
     "LLM_TIMEOUT": "llm_timeout",
+    "WORKSPACE_EXTRA_ROOTS": "workspace_extra_roots",
+    "SQL_EXTERNAL_ACCESS": "sql_external_access",
 }
 
 
@@ -36,7 +38,12 @@ class Settings(BaseModel):
 
     workspace: Path = Field(Path("data/workspace"), description="Folder with notes and sessions")
     db_path: Path = Field(Path("data/memory.duckdb"), description="The DuckDB memory store")
-    index_dir: Path = Field(Path("data/index"), description="FAISS and BM25 index files")
+    #: FAISS and BM25 index files; by default beside the store (`default_index_dir`).
+    index_dir: Path = Field(None, description="FAISS and BM25 index files")  # type: ignore[assignment]
+    #: Folders outside the workspace that its symlinks may lead to (all others are refused).
+    workspace_extra_roots: list[Path] = Field(default_factory=list)
+    #: Let `memory-dag sql` read and write files (DuckDB's external access): trusted use only.
+    sql_external_access: bool = False
 
     embedding_provider: EmbeddingProviderName = "wordllama"
     #: Provider-specific model name: a WordLlama config ("l2_supercat"), an ONNX hub name or
@@ -73,6 +80,12 @@ class Settings(BaseModel):
     llm_api_key: str | None = Field(None, exclude=True, repr=False)
     llm_timeout: float = 60.0
 
+    @model_validator(mode="after")
+    def _index_beside_store(self) -> Settings:
+        if self.index_dir is None:
+            self.index_dir = default_index_dir(self.db_path)
+        return self
+
     @classmethod
     def load(cls, **overrides: object) -> Settings:
         """Build settings from env vars, with explicit keyword overrides winning (None = unset)."""
@@ -81,6 +94,9 @@ class Settings(BaseModel):
             raw = os.environ.get(ENV_PREFIX + env_name)
             if raw:
                 values[field] = raw
+        if isinstance(values.get("workspace_extra_roots"), str):
+            roots = str(values["workspace_extra_roots"]).split(os.pathsep)
+            values["workspace_extra_roots"] = [root for root in roots if root]
         if "llm_api_key" not in values and os.environ.get("OPENAI_API_KEY"):
             values["llm_api_key"] = os.environ["OPENAI_API_KEY"]
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -89,3 +105,15 @@ class Settings(BaseModel):
     @property
     def llm_configured(self) -> bool:
         return bool(self.llm_base_url or self.llm_api_key) and bool(self.llm_model)
+
+
+def default_index_dir(db_path: Path) -> Path:
+    """Where a store's index lives unless told otherwise: beside the store, never shared.
+
+    `data/memory.duckdb` → `data/index/` (the default layout); any other `NAME.duckdb` →
+    `NAME.index/` beside it, so two stores in one folder never share an index.
+    """
+    db_path = Path(db_path)
+    if db_path.name == "memory.duckdb":
+        return db_path.with_name("index")
+    return db_path.with_name(db_path.stem + ".index")

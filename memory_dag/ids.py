@@ -27,3 +27,40 @@ def chunk_id(path: str, file_hash: str, number: int) -> str:
 def text_hash(text: str) -> str:
     """sha256 hex of a text: the embedding cache key of a search text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+#: Longest id that may name a folder (conversation ids become `entries/<conversation_id>/`).
+MAX_PATH_ID_CHARS = 200
+
+
+def path_part_problem(value: str) -> str | None:
+    """Why `value` cannot name a folder inside another one, or None when it can.
+
+    Conversation ids may hold `/` (a transcript in `sessions/a/b/` belongs to `a/b`), but no
+    part may be empty, `.` or `..`, and no id may be absolute, hold a backslash or a control
+    character, or be longer than `MAX_PATH_ID_CHARS`: ids from users and front matter must not
+    steer a write outside the folder it belongs in.
+    """
+    if not value:
+        return "is empty"
+    if len(value) > MAX_PATH_ID_CHARS:
+        return f"is longer than {MAX_PATH_ID_CHARS} characters"
+    if value.startswith("/"):
+        return "is an absolute path"
+    if "\\" in value or any(ord(char) < 32 or ord(char) == 127 for char in value):
+        return "holds a backslash or a control character"
+    if any(part in ("", ".", "..") for part in value.split("/")):
+        return "has an empty, '.' or '..' path part"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8"
+    return None
+
+
+def check_path_id(value: str, what: str) -> str:
+    """`value` if it can name a folder (see `path_part_problem`), else ValueError naming `what`."""
+    problem = path_part_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} {value!r} cannot be used: it {problem}")
+    return value

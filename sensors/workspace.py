@@ -29,8 +29,13 @@ def workspace_sensor(
     context: dg.SensorEvaluationContext, memory: MemoryStoreResource
 ) -> dg.SensorResult:
     previous = json.loads(context.cursor) if context.cursor else {}
-    workspace = Path(memory.settings().workspace)
-    changes, state = scan_workspace(workspace, previous, debounce_seconds=DEBOUNCE_SECONDS)
+    settings = memory.settings()
+    changes, state = scan_workspace(
+        Path(settings.workspace),
+        previous,
+        debounce_seconds=DEBOUNCE_SECONDS,
+        extra_roots=settings.workspace_extra_roots,
+    )
     cursor = json.dumps(state, sort_keys=True)
     if not changes.any:
         reason = "no changes" + (f" ({changes.summary()})" if changes.settling else "")

@@ -1,17 +1,25 @@
 """What every `memory-dag` command group shares: settings from the common flags, the
-caller's scope from `--user` / `--agent` / `--conversation` / `--session`, refusals, JSON."""
+caller's scope from `--user` / `--agent` / `--conversation` / `--session`, refusals, JSON
+output, and how a command ends: a missing store, a held lock or a DuckDB error is one line on
+stderr (exit 2, 2, 1), SIGINT/SIGTERM a message (exit 130/143), never a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
+
+import duckdb
 
 from memory_dag.config import Settings
 from memory_dag.memories.categories import AccessDenied
 from memory_dag.scope import Scope, UnknownCategory
+from memory_dag.store.connection import StoreLockedError
 
 #: Exit status of a request the scope boundary refuses (as `memory-dag query` always did).
 REFUSED = 2
@@ -51,3 +59,81 @@ def refused(command: str, action: Callable[[], int]) -> int:
     except (AccessDenied, UnknownCategory) as error:
         print(f"memory-dag {command}: rejected: {error}", file=sys.stderr)
         return REFUSED
+
+
+def require_store(args: argparse.Namespace) -> None:
+    """Every command but the ones that build a store (`creates_store`) needs one: no silent
+    empty answers, and no queue folders or empty stores made beside a mistyped --db."""
+    if not hasattr(args, "db") or getattr(args, "creates_store", False):
+        return
+    db_path = settings_from_args(args).db_path
+    if not Path(db_path).exists():
+        raise FileNotFoundError(f"no memory store at {db_path}: run `memory-dag ingest` first")
+
+
+def report_error(error: Exception) -> int | None:
+    """Print the one line a known error deserves and return the exit status; None otherwise."""
+    if isinstance(error, FileNotFoundError):
+        print(f"memory-dag: {error}", file=sys.stderr)
+        return 2
+    locked = _cause(error, StoreLockedError)
+    if locked is not None:
+        print(f"memory-dag: {locked}; try again when it has finished", file=sys.stderr)
+        return 2
+    if isinstance(error, duckdb.Error):
+        print(f"memory-dag: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    return None
+
+
+def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`error` or the first exception of type `kind` it was raised from (Dagster wraps them)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = (
+            getattr(current, "user_exception", None) or current.__cause__ or current.__context__
+        )
+    return None
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached the CLI; `signal_name` says which."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def stop_on_signals() -> dict[int, Any]:
+    """SIGINT and SIGTERM raise `Interrupted` in the main thread; returns the old handlers."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    return {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def signal_exit_code(signal_name: str) -> int:
+    """128 + the signal's number, as shells report a process a signal stopped."""
+    return 128 + int(getattr(signal, signal_name, signal.SIGINT))
+
+
+def exit_now(signal_name: str) -> NoReturn:
+    """Leave at once (a worker thread may still be inside DuckDB), saying what happened."""
+    print(
+        f"memory-dag: stopped by {signal_name}; the store keeps its last committed state "
+        "(run `memory-dag ingest` again to finish)",
+        file=sys.stderr,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(signal_exit_code(signal_name))

@@ -14,14 +14,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from memory_dag.cli.common import (
+    Interrupted,
     add_scope_flags,
+    exit_now,
     print_json,
     refused,
+    report_error,
+    require_store,
+    restore_signals,
     scope_from_args,
     settings_from_args,
+    signal_exit_code,
+    stop_on_signals,
 )
 from memory_dag.config import Settings
 
@@ -54,7 +59,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             for report in reports:
                 print(report.line(), file=sys.stderr)
     else:
-        stages = _ingest_with_dagster(settings, force=args.force, progress=not args.json)
+        stages = _ingest_supervised(settings, force=args.force, progress=not args.json)
     summary = {
         "workspace": str(settings.workspace),
         "db": str(settings.db_path),
@@ -93,7 +98,35 @@ def _dagster_instance():  # -> dagster.DagsterInstance
     return dg.DagsterInstance.ephemeral()
 
 
-def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
+def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
+    """`_ingest_with_dagster` after freeing what dead CLI runs held, stoppable by a signal."""
+    from memory_dag.cli.dagster_runs import fail_own_runs, free_dead_runs, run_in_worker
+    from memory_dag.store.connection import open_store
+
+    with open_store(settings.db_path):  # a held lock is one clear error, before any run starts
+        pass
+    instance = _dagster_instance()
+    freed = free_dead_runs(instance)
+    if freed and progress:
+        print(
+            f"marked {len(freed)} run(s) of a memory-dag process that died as failed "
+            "and freed their slots",
+            file=sys.stderr,
+        )
+    try:
+        return run_in_worker(
+            lambda: _ingest_with_dagster(settings, instance, force=force, progress=progress)
+        )
+    except KeyboardInterrupt as stop:
+        # The worker may be inside a step: record the stop, then leave without waiting for it.
+        name = stop.signal_name if isinstance(stop, Interrupted) else "SIGINT"
+        fail_own_runs(instance, f"stopped by {name}")
+        exit_now(name)
+
+
+def _ingest_with_dagster(
+    settings: Settings, instance: Any, *, force: bool, progress: bool
+) -> dict[str, Any]:
     """Materialize every ingest asset (and its checks) in this process, like a UI click."""
     import dagster as dg
 
@@ -104,6 +137,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
     from assets.resources import MemoryStoreResource
     from assets.summaries import SUMMARY_ASSETS
     from assets.summaries import conversations as PARTITIONS
+    from memory_dag.cli.dagster_runs import run_tags
     from memory_dag.summaries.conversation_summaries import conversation_ids
 
     resource = MemoryStoreResource(
@@ -121,8 +155,8 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
         }
     if progress:
         print("materializing the ingest assets with Dagster (in-process)", file=sys.stderr)
-    instance = _dagster_instance()
     resources = {"memory": resource}
+    tags = run_tags()
     results = [
         dg.materialize(
             [*PIPELINE_ASSETS, *INGEST_CHECKS],
@@ -130,6 +164,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
             instance=instance,
             run_config=run_config,
             raise_on_error=True,
+            tags=tags,
         )
     ]
     # One run per conversation partition of the summaries, then index what they wrote.
@@ -147,6 +182,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
                     instance=instance,
                     partition_key=conversation,
                     run_config=quiet,
+                    tags=tags,
                 )
             )
         results.append(
@@ -156,6 +192,7 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
                 resources=resources,
                 instance=instance,
                 run_config=quiet,
+                tags=tags,
             )
         )
     stages: dict[str, Any] = {}
@@ -249,16 +286,13 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from memory_dag.store.connection import load_fts, open_store
+    """SQL on a snapshot of the store, without file access (`memory_dag/store/user_sql.py`)."""
+    from memory_dag.store.user_sql import run_user_sql
 
-    settings = settings_from_args(args)
-    with open_store(settings.db_path, read_only=True) as con:
-        load_fts(con)
-        cursor = con.execute(args.query)
-        if cursor.description is None:
-            return 0
-        columns = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
+    result = run_user_sql(settings_from_args(args), args.query)
+    if not result.columns:
+        return 0
+    columns, rows = result.columns, result.rows
     if args.json:
         print_json([dict(zip(columns, row, strict=True)) for row in rows])
     else:
@@ -348,7 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--workspace", help="workspace folder (default data/workspace)")
     common.add_argument("--db", help="DuckDB store (default data/memory.duckdb)")
-    common.add_argument("--index-dir", help="search index folder (default data/index)")
+    common.add_argument(
+        "--index-dir", help="search index folder (default: beside the store, data/index)"
+    )
     common.add_argument("--json", action="store_true", help="machine-readable output")
 
     parser = argparse.ArgumentParser(
@@ -359,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", parents=[common], help="materialize every asset")
     ingest.add_argument("--force", action="store_true", help="re-read and re-index everything")
     ingest.add_argument("--no-dagster", action="store_true", help="run the library stages only")
-    ingest.set_defaults(func=cmd_ingest)
+    ingest.set_defaults(func=cmd_ingest, creates_store=True)
 
     search = commands.add_parser("search", parents=[common], help="hybrid search")
     search.add_argument("query")
@@ -400,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     locomo.add_argument("--store", help="keep the evaluation store in this folder")
     locomo.add_argument("--stages", action="store_true", help="recall per read-path stage")
     locomo.add_argument("--reranker", help="ONNX cross-encoder for the + rerank stage")
-    locomo.set_defaults(func=cmd_eval)
+    locomo.set_defaults(func=cmd_eval, creates_store=True)
 
     for register in _command_modules():
         register(commands, common)
@@ -421,14 +457,21 @@ def _command_modules() -> list[Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = stop_on_signals()
     try:
+        require_store(args)
         return int(args.func(args) or 0)
-    except FileNotFoundError as error:
-        print(f"memory-dag: {error}", file=sys.stderr)
-        return 2
-    except duckdb.Error as error:
-        print(f"memory-dag: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt as stop:
+        name = stop.signal_name if isinstance(stop, Interrupted) else "SIGINT"
+        print(f"memory-dag: stopped by {name}", file=sys.stderr)
+        return signal_exit_code(name)
+    except Exception as error:
+        code = report_error(error)
+        if code is None:
+            raise
+        return code
+    finally:
+        restore_signals(previous)
 
 
 if __name__ == "__main__":

@@ -301,4 +301,4 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     consolidate.add_argument(
         "--all", action="store_true", help="also consolidate each conversation's newest session"
     )
-    consolidate.set_defaults(func=cmd_consolidate)
+    consolidate.set_defaults(func=cmd_consolidate, creates_store=True)

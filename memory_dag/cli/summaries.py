@@ -78,15 +78,19 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from memory_dag.summaries.export import export_store
 
-    report = export_store(
-        settings_from_args(args),
-        Path(args.target),
-        conversations=args.conversation,
-        facts=args.facts,
-        turns=args.turns,
-        commit=not args.no_commit,
-        scope=scope_from_args(args),
-    )
+    try:
+        report = export_store(
+            settings_from_args(args),
+            Path(args.target),
+            conversations=args.conversation,
+            facts=args.facts,
+            turns=args.turns,
+            commit=not args.no_commit,
+            scope=scope_from_args(args),
+        )
+    except ValueError as error:  # a path that would leave the target folder
+        print(f"memory-dag: {error}", file=sys.stderr)
+        return 2
     if args.json:
         print_json(report.__dict__)
         return 0
@@ -97,7 +101,9 @@ def _export(args: argparse.Namespace) -> int:
     )
     if report.commit:
         print(f"committed {report.commit[:12]}")
-    return 0
+    for conversation in report.refused:
+        print(f"memory-dag: refused conversation {conversation}", file=sys.stderr)
+    return 1 if report.refused else 0
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:

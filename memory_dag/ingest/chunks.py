@@ -8,10 +8,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 
 from memory_dag.config import Settings
-from memory_dag.ingest.chunk_rows import TURN_COLUMNS, note_chunk_rows, transcript_chunk_rows
+from memory_dag.ingest.chunk_rows import (
+    CHUNK_SCHEMA,
+    TURN_COLUMNS,
+    note_chunk_rows,
+    transcript_chunk_rows,
+)
+from memory_dag.ingest.files import ERROR_SCHEMA
 from memory_dag.reports import PREVIEW_ROWS, StageReport, StageTimer
 from memory_dag.store.connection import (
     fetch_dicts,
@@ -44,15 +51,7 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             [[p["path"] for p in pending if p["kind"] == "transcript"]],
         ).pl()
         now = _now()
-        sizes = {"max_tokens": settings.chunk_tokens, "overlap": settings.chunk_overlap}
-        rows = pa.concat_tables(
-            [
-                note_chunk_rows(pending, notes, now=now, **sizes),
-                transcript_chunk_rows(
-                    pending, episodes, max_turns=settings.session_chunk_turns, now=now, **sizes
-                ),
-            ]
-        )
+        rows, failed = _chunk_rows(pending, notes, episodes, settings, now)
         con.execute("BEGIN TRANSACTION")
         try:
             if pending:
@@ -61,6 +60,7 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
                     [[p["path"] for p in pending]],
                 )
             insert_arrow(con, "chunks", rows)
+            insert_arrow(con, "ingest_errors", _error_rows(failed, now))
             con.execute(
                 "UPDATE files SET chunked_hash = hash WHERE path IN (SELECT unnest(?::TEXT[]))",
                 [[p["path"] for p in pending]],
@@ -80,8 +80,64 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             "chunks": int(total),
             "files_chunked": len(pending),
             "written": rows.num_rows,
+            "files_failed": len(failed),
         }
+        report.errors = [{"path": f["path"], "line": None, "reason": r} for f, r in failed]
     return report
+
+
+def _chunk_rows(
+    pending: list[dict[str, Any]],
+    notes: dict[str, dict[str, Any]],
+    episodes: pl.DataFrame,
+    settings: Settings,
+    now: datetime,
+) -> tuple[pa.Table, list[tuple[dict[str, Any], str]]]:
+    """Chunk rows of every pending file, and (file, reason) for files that could not be chunked.
+
+    All files go in one batch (fast); should the batch fail, each file is chunked alone so
+    one file's problem costs that file only, recorded once instead of failing every run.
+    """
+    sizes = {"max_tokens": settings.chunk_tokens, "overlap": settings.chunk_overlap}
+
+    def rows_of(files: list[dict[str, Any]], turns: pl.DataFrame) -> pa.Table:
+        return pa.concat_tables(
+            [
+                note_chunk_rows(files, notes, now=now, **sizes),
+                transcript_chunk_rows(
+                    files, turns, max_turns=settings.session_chunk_turns, now=now, **sizes
+                ),
+            ]
+        )
+
+    try:
+        return rows_of(pending, episodes), []
+    except Exception:  # find the file that broke the batch
+        pass
+    tables: list[pa.Table] = []
+    failed: list[tuple[dict[str, Any], str]] = []
+    for file in pending:
+        try:
+            tables.append(rows_of([file], episodes.filter(pl.col("path") == file["path"])))
+        except Exception as error:
+            failed.append((file, f"could not be chunked: {type(error).__name__}: {error}"[:500]))
+    return (pa.concat_tables(tables) if tables else CHUNK_SCHEMA.empty_table()), failed
+
+
+def _error_rows(failed: list[tuple[dict[str, Any], str]], now: datetime) -> pa.Table:
+    return pa.Table.from_pylist(
+        [
+            {
+                "path": f["path"],
+                "line": None,
+                "reason": r,
+                "file_hash": f["hash"],
+                "recorded_at": now,
+            }
+            for f, r in failed
+        ],
+        schema=ERROR_SCHEMA,
+    )
 
 
 def _rows_by_path(con: Any, sql: str, paths: list[str]) -> dict[str, dict[str, Any]]:

@@ -16,15 +16,18 @@ from memory_dag.ids import episode_id
 from memory_dag.ingest.sources import (
     IngestError,
     ParsedFile,
+    SourceFile,
     Turn,
     discover_files,
     file_stat,
+    parse_event_time,
     read_source,
 )
 from memory_dag.reports import PREVIEW_ROWS, StageReport, StageTimer
 from memory_dag.store.connection import (
     fetch_dicts,
     insert_arrow,
+    is_lock_error,
     open_store,
 )
 
@@ -41,7 +44,7 @@ def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
     """
     report = StageReport("files")
     with StageTimer(report):
-        discovered = discover_files(settings.workspace)
+        discovered = discover_files(settings.workspace, settings.workspace_extra_roots)
         with open_store(settings.db_path) as con:
             known = {
                 row[0]: (row[1], row[2], row[3])
@@ -53,12 +56,10 @@ def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
         unchanged = 0
         for source_file in discovered:
             previous = known.get(source_file.rel_path)
-            if previous is not None and not force:
-                size, mtime = file_stat(source_file.path)
-                if (size, mtime) == (previous[2], previous[1]):
-                    unchanged += 1
-                    continue
-            result = read_source(source_file)
+            if previous is not None and not force and _same_stat(source_file, previous):
+                unchanged += 1
+                continue
+            result = _read(source_file)
             if previous is not None and previous[0] == result.hash and not force:
                 touched.append((source_file.rel_path, result.mtime))
                 unchanged += 1
@@ -71,16 +72,14 @@ def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
         changed = [p for p in parsed if p.file.rel_path in known]
 
         with open_store(settings.db_path) as con:
-            con.execute("BEGIN TRANSACTION")
             try:
-                _delete_file_rows(con, deleted + [p.file.rel_path for p in changed])
-                for rel_path, mtime in touched:
-                    con.execute("UPDATE files SET mtime = ? WHERE path = ?", [mtime, rel_path])
-                episodes = _write_parsed(con, parsed)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+                episodes = _write_changes(con, parsed, deleted + [p.file.rel_path for p in changed])
+            except Exception as error:  # one file's rows broke the batch: find it, keep the rest
+                if is_lock_error(error):
+                    raise
+                episodes = _write_file_by_file(con, parsed, deleted)
+            for rel_path, mtime in touched:
+                con.execute("UPDATE files SET mtime = ? WHERE path = ?", [mtime, rel_path])
             report.preview = fetch_dicts(
                 con,
                 "SELECT path, source, kind, size, conversation_id, session_id FROM files "
@@ -101,6 +100,56 @@ def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
             "errors": len(errors),
         }
     return report
+
+
+def _same_stat(source_file: SourceFile, previous: tuple[str, float, int]) -> bool:
+    """True when size and mtime match what the store holds (the cheap "unchanged" test)."""
+    if source_file.refused is not None:
+        return False  # never stat a refused link; its fingerprint decides
+    try:
+        size, mtime = file_stat(source_file.path)
+    except OSError:
+        return False  # vanished or unreadable now: reading records why
+    return (size, mtime) == (previous[2], previous[1])
+
+
+def _read(source_file: SourceFile) -> ParsedFile:
+    """`read_source`, and a file-level error row should reading itself ever fail."""
+    try:
+        return read_source(source_file)
+    except Exception as error:  # a bug on odd input must cost one file, not the ingest
+        reason = f"could not be read: {type(error).__name__}: {error}"[:500]
+        return ParsedFile.unread(source_file, reason, source_file.fingerprint or "")
+
+
+def _write_changes(con: Any, parsed: list[ParsedFile], gone: list[str]) -> int:
+    """Replace the rows of changed and deleted files in one transaction; episodes written."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _delete_file_rows(con, gone)
+        episodes = _write_parsed(con, parsed)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return episodes
+
+
+def _write_file_by_file(con: Any, parsed: list[ParsedFile], deleted: list[str]) -> int:
+    """The batch failed: write each file alone; a file that still fails keeps only its
+    `files` row and one error row, so it is not retried until it changes."""
+    episodes = _write_changes(con, [], deleted)
+    for item in parsed:
+        try:
+            episodes += _write_changes(con, [item], [item.file.rel_path])
+        except Exception as error:
+            if is_lock_error(error):
+                raise
+            reason = f"could not be stored: {type(error).__name__}: {error}"[:500]
+            item.text, item.front_matter, item.turns = None, {}, []
+            item.errors = [IngestError(item.file.rel_path, None, reason)]
+            _write_changes(con, [item], [item.file.rel_path])
+    return episodes
 
 
 def _delete_file_rows(con: Any, paths: list[str]) -> None:
@@ -135,7 +184,7 @@ def _write_parsed(con: Any, parsed: list[ParsedFile]) -> int:
                 "indexed_at": now,
             }
         )
-        errors = list(item.errors)
+        errors = item.errors  # the episodes add their id collisions, and the report shows them
         if source_file.kind == "transcript":
             episodes.add(source_file.rel_path, item.turns, errors)
         elif item.text is not None:
@@ -153,7 +202,7 @@ def _write_parsed(con: Any, parsed: list[ParsedFile]) -> int:
     insert_arrow(con, "files", pa.Table.from_pylist(files_rows))
     insert_arrow(con, "notes", pa.Table.from_pylist(note_rows, schema=_NOTE_SCHEMA))
     written = insert_arrow(con, "memories", episodes.table(now))
-    insert_arrow(con, "ingest_errors", pa.Table.from_pylist(error_rows, schema=_ERROR_SCHEMA))
+    insert_arrow(con, "ingest_errors", pa.Table.from_pylist(error_rows, schema=ERROR_SCHEMA))
     return written
 
 
@@ -177,16 +226,25 @@ class _EpisodeColumns:
         self.columns: dict[str, list[Any]] = {name: [] for name in _EPISODE_TURN_COLUMNS}
 
     def add(self, path: str, turns: list[Turn], errors: list[IngestError]) -> None:
-        """The turns of one file; a repeated turn id is kept under its line (and reported)."""
+        """The turns of one file; a repeated turn id is kept under a new one (and reported).
+
+        The new id is the line id (`<session>:<line>`), or that with `~2`, `~3`... when another
+        line already took it as its own id.
+        """
         columns = self.columns
         seen: set[str] = set()
         for turn in turns:
             turn_id = turn.id
             if turn_id in seen:
-                errors.append(
-                    IngestError(path, turn.line, f"duplicate turn id {turn_id!r}; kept as line id")
-                )
                 turn_id = f"{turn.session_id}:{turn.line}"
+                copy = 1
+                while turn_id in seen:
+                    copy += 1
+                    turn_id = f"{turn.session_id}:{turn.line}~{copy}"
+                reason = f"duplicate turn id {turn.id!r}; kept as {turn_id!r}"
+                error = IngestError(path, turn.line, reason)
+                if error not in errors:  # the file may be written twice (file by file)
+                    errors.append(error)
             seen.add(turn_id)
             columns["id"].append(episode_id(path, turn_id))
             columns["content"].append(turn.content)
@@ -242,7 +300,7 @@ def _note_row(item: ParsedFile, conversation_id: str | None) -> dict[str, Any]:
         "entry_id": _str_or_none(fm.get("id")),
         "role": _str_or_none(fm.get("role")),
         "conversation_id": conversation_id,
-        "created_at": _parse_time(fm.get("created_at")),
+        "created_at": parse_event_time(fm.get("created_at")),
         "summary_kind": _str_or_none(fm.get("summary_kind")),
         "replaced_by": _str_or_none(fm.get("replaced_by")),
         "front_matter": _json_or_none(fm),
@@ -257,18 +315,6 @@ def _json_or_none(value: dict[str, Any]) -> str | None:
     from memory_dag.store.connection import to_json
 
     return to_json(value) if value else None
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -305,7 +351,7 @@ _EPISODE_SCHEMA = pa.schema(
         ("user_id", pa.string()),
     ]
 )
-_ERROR_SCHEMA = pa.schema(
+ERROR_SCHEMA = pa.schema(
     [
         ("path", pa.string()),
         ("line", pa.int32()),

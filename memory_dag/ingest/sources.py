@@ -9,21 +9,32 @@ Layout of a workspace:
 
 Reading never raises for bad content: every problem becomes an `IngestError` with the file and
 line, and every good part of the file is still kept, so one broken line cannot hide a session.
+Input that would exhaust memory, time or the stack meets the limits in `limits.py`; symlinks
+that lead outside the workspace (and its allowed extra roots) are refused, not read.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
-import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from memory_dag.ids import path_part_problem
+from memory_dag.ingest.decoding import decode_text, is_utf8
+from memory_dag.ingest.front_matter import FrontMatterRefused, load_front_matter
+from memory_dag.ingest.json_lines import json_object
+from memory_dag.ingest.limits import (
+    EARLIEST_TIME,
+    LATEST_TIME,
+)
 
 SourceKind = Literal["note", "entry", "transcript"]
 SourceName = Literal["memory", "sessions"]
@@ -31,18 +42,25 @@ SourceName = Literal["memory", "sessions"]
 #: Roles kept from transcripts; system prompts and tool output are not memories of the user.
 KEPT_ROLES = ("user", "assistant")
 
-#: How much of a file is checked for NUL bytes to call it binary.
-BINARY_SNIFF_BYTES = 8192
-
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
-    """One file to ingest. `rel_path` is the stable key; `path` is where the bytes really are."""
+    """One file to ingest. `rel_path` is the stable key; `path` is where the bytes really are.
+
+    `refused` says why the file must not be read (a symlink loop, a link leading outside the
+    workspace, a name that is not UTF-8); such a file becomes one error row.
+    """
 
     path: Path
     rel_path: str
     source: SourceName
     kind: SourceKind
+    refused: str | None = None
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The content hash of a refused file: its reason, so a fixed link is read again."""
+        return hash_bytes(f"refused\x00{self.refused}".encode()) if self.refused else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +102,18 @@ class ParsedFile:
     turns: list[Turn] = field(default_factory=list)
     errors: list[IngestError] = field(default_factory=list)
 
+    @classmethod
+    def unread(cls, file: SourceFile, reason: str, hash: str = "") -> ParsedFile:
+        """A file whose content is not used, with one error row saying why."""
+        return cls(
+            file=file,
+            hash=hash,
+            size=0,
+            mtime=0.0,
+            text=None,
+            errors=[IngestError(file.rel_path, None, reason)],
+        )
+
     @property
     def body(self) -> str:
         """The Markdown text after the front matter; chunk it with first_line=body_start_line."""
@@ -95,20 +125,23 @@ class ParsedFile:
 # --- discovery -------------------------------------------------------------------------------
 
 
-def discover_files(workspace: Path) -> list[SourceFile]:
+def discover_files(workspace: Path, extra_roots: Iterable[Path] = ()) -> list[SourceFile]:
     """All files to ingest under workspace, sorted by rel_path; [] if the folder does not exist.
 
     A file reachable under two names (symlink, hard link, or MEMORY.md/memory.md on a
     case-insensitive filesystem) is kept once, under the first name in this order: MEMORY.md,
-    memory.md, memory/**, entries/**, sessions/** (each sorted).
+    memory.md, memory/**, entries/**, sessions/** (each sorted). A symlink whose target is
+    outside the workspace and outside every folder of `extra_roots`, or that loops, is listed
+    as refused: it is never opened.
     """
     workspace = Path(workspace)
     if not workspace.is_dir():
         return []
+    roots = [workspace.resolve(), *(Path(root).resolve() for root in extra_roots)]
 
     candidates: list[tuple[str, SourceName, SourceKind]] = []
     for name in ("MEMORY.md", "memory.md"):
-        if (workspace / name).is_file():
+        if (workspace / name).is_file() or (workspace / name).is_symlink():
             candidates.append((name, "memory", "note"))
     for rel_path in _walk(workspace, "memory", ".md"):
         candidates.append((rel_path, "memory", "note"))
@@ -123,13 +156,33 @@ def discover_files(workspace: Path) -> list[SourceFile]:
     files: list[SourceFile] = []
     seen: set[tuple[int, int] | str] = set()
     for rel_path, source, kind in candidates:
-        path = (workspace / rel_path).resolve()
-        identity = _file_identity(path)
+        path, refused = _real_path(workspace / rel_path, roots)
+        if not is_utf8(rel_path):
+            refused = "the file name is not valid UTF-8"
+            rel_path = rel_path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        identity = rel_path if refused else _file_identity(path)
         if identity in seen:
             continue
         seen.add(identity)
-        files.append(SourceFile(path=path, rel_path=rel_path, source=source, kind=kind))
+        files.append(SourceFile(path, rel_path, source, kind, refused))
     return sorted(files, key=lambda file: file.rel_path)
+
+
+def _real_path(link: Path, roots: list[Path]) -> tuple[Path, str | None]:
+    """(where the bytes are, why they must not be read); a missing target is left to reading."""
+    try:
+        path = link.resolve(strict=True)
+    except FileNotFoundError:
+        return link.absolute(), None  # broken symlink or vanished file: reading reports it
+    except RuntimeError:  # pathlib's "Symlink loop"
+        return link.absolute(), "symlink loop"
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return link.absolute(), "symlink loop"
+        return link.absolute(), None
+    if not any(path.is_relative_to(root) for root in roots):
+        return link.absolute(), f"symlink to {path}, outside the workspace; not read"
+    return path, None
 
 
 def _walk(workspace: Path, folder: str, suffix: str) -> Iterator[str]:
@@ -190,39 +243,32 @@ def hash_bytes(data: bytes) -> str:
 
 def read_source(file: SourceFile) -> ParsedFile:
     """Read and parse one file. Never raises for bad content; problems land in `errors`."""
+    if file.refused is not None:
+        return ParsedFile.unread(file, file.refused, file.fingerprint or "")
     try:
-        with open(file.path, "rb") as handle:
+        # O_NOFOLLOW: the path was resolved at discovery; a symlink swapped in since is refused.
+        # O_NONBLOCK: a FIFO swapped in since cannot block the read.
+        descriptor = os.open(file.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(descriptor, "rb") as handle:
             info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
             data = handle.read()
     except OSError as exc:
-        reason = f"cannot read file: {exc.strerror or exc}"
-        return ParsedFile(
-            file=file,
-            hash="",
-            size=0,
-            mtime=0.0,
-            text=None,
-            errors=[IngestError(file.rel_path, None, reason)],
-        )
+        return ParsedFile.unread(file, f"cannot read file: {exc.strerror or exc}")
 
     parsed = ParsedFile(
         file=file, hash=hash_bytes(data), size=len(data), mtime=info.st_mtime, text=None
     )
-    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-        parsed.errors.append(IngestError(file.rel_path, None, "binary file"))
-        return parsed
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        reason = f"not valid UTF-8 at byte {exc.start}"
-        parsed.errors.append(IngestError(file.rel_path, None, reason))
-        return parsed
-
     # One line convention everywhere, so line numbers match what editors show.
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    text, problems = decode_text(data)
+    parsed.errors.extend(IngestError(file.rel_path, line, reason) for line, reason in problems)
+    if text is None:
+        return parsed
     parsed.text = text
     if not text.strip():
-        parsed.errors.append(IngestError(file.rel_path, None, "empty file"))
+        if not parsed.errors:  # not when its only lines were left out for a reason
+            parsed.errors.append(IngestError(file.rel_path, None, "empty file"))
         return parsed
 
     if file.kind == "transcript":
@@ -256,20 +302,54 @@ def _parse_front_matter(parsed: ParsedFile) -> None:
 
     parsed.body_start_line = closing + 2  # 1-based line after the closing ---
     try:
-        data = yaml.safe_load("\n".join(lines[1:closing]))
+        loaded = load_front_matter("\n".join(lines[1:closing]))
+    except FrontMatterRefused as exc:
+        parsed.errors.append(IngestError(path, exc.line + 2, exc.reason))
+        return
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 2 if mark is not None else 1  # YAML starts on file line 2
         problem = getattr(exc, "problem", None) or "syntax error"
         parsed.errors.append(IngestError(path, line, f"invalid YAML front matter: {problem}"))
         return
+    parsed.errors.extend(IngestError(path, line + 2, reason) for line, reason in loaded.problems)
+    data = loaded.data
     if data is None:
         return
     if not isinstance(data, dict):
         reason = f"front matter is a {type(data).__name__}, not a mapping"
         parsed.errors.append(IngestError(path, 1, reason))
         return
-    parsed.front_matter = {str(key): value for key, value in data.items()}
+    _check_front_matter_fields(data, lines[1:closing], parsed)
+    parsed.front_matter = data
+
+
+def _check_front_matter_fields(
+    data: dict[str, Any], yaml_lines: list[str], parsed: ParsedFile
+) -> None:
+    """Report a `created_at` that is no usable time, and drop a `conversation_id` that cannot
+    name a folder (exports write `entries/<conversation_id>/`)."""
+    path = parsed.file.rel_path
+
+    def line_of(key: str) -> int:
+        found = (i for i, text in enumerate(yaml_lines) if text.startswith(f"{key}:"))
+        return next(found, -1) + 2
+
+    created_at = data.get("created_at")
+    if created_at is not None and parse_event_time(created_at) is None:
+        reason = (
+            f"created_at {str(created_at)[:80]!r} is not a time between "
+            f"{EARLIEST_TIME.date().isoformat()} and {LATEST_TIME.date().isoformat()}; "
+            "the note keeps no time"
+        )
+        parsed.errors.append(IngestError(path, line_of("created_at"), reason))
+    conversation_id = data.get("conversation_id")
+    if conversation_id is not None:
+        problem = path_part_problem(str(conversation_id))
+        if problem is not None:
+            del data["conversation_id"]
+            reason = f"conversation_id {str(conversation_id)[:80]!r} {problem}; ignored"
+            parsed.errors.append(IngestError(path, line_of("conversation_id"), reason))
 
 
 def _parse_transcript(parsed: ParsedFile) -> None:
@@ -284,16 +364,7 @@ def _parse_transcript(parsed: ParsedFile) -> None:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            reason = f"invalid JSON: {exc.msg} at column {exc.colno}"
-            parsed.errors.append(IngestError(rel_path, number, reason))
-            continue
-        if not isinstance(record, dict):
-            reason = f"line is a JSON {type(record).__name__}, not an object"
-            parsed.errors.append(IngestError(rel_path, number, reason))
-            continue
-        try:
+            record = json_object(raw)
             turn, problem = _turn_from_record(record, session_id, conversation_id, number)
         except ValueError as exc:
             parsed.errors.append(IngestError(rel_path, number, str(exc)))
@@ -333,7 +404,7 @@ def _turn_from_record(
     # Whitespace runs become one space (str.split's whitespace is exactly regex `\s`; 4x faster).
     content = " ".join(_content_text(fields["content"]).split())
     if not content:
-        return None, None
+        raise ValueError(f"no text in 'content' ({_describe_empty(fields['content'])})")
 
     event_time: datetime | None = None
     problem: str | None = None
@@ -362,6 +433,18 @@ def _turn_from_record(
     return turn, problem
 
 
+def _describe_empty(content: Any) -> str:
+    """What an empty content was, for its error row."""
+    if content is None:
+        return "null"
+    if isinstance(content, list):
+        kinds = sorted(
+            {str(p.get("type")) if isinstance(p, dict) else type(p).__name__ for p in content}
+        )
+        return f"parts: {', '.join(kinds)}" if kinds else "an empty list"
+    return "only whitespace" if content else "an empty string"
+
+
 def _content_text(content: Any) -> str:
     """Text of a message content: a string, or the text parts of a list (images etc. ignored)."""
     if content is None:
@@ -384,7 +467,8 @@ def _content_text(content: Any) -> str:
 
 
 def parse_event_time(value: Any) -> datetime | None:
-    """A tz-aware UTC datetime from an ISO 8601 string or epoch seconds; None if unparseable.
+    """A tz-aware UTC datetime from an ISO 8601 string, epoch seconds, a datetime or a date;
+    None if unparseable or outside `EARLIEST_TIME`..`LATEST_TIME`.
 
     Naive times are taken as UTC (transcripts rarely say, and UTC keeps ordering stable).
     """
@@ -392,15 +476,19 @@ def parse_event_time(value: Any) -> datetime | None:
         if isinstance(value, bool):
             return None
         if isinstance(value, int | float):
-            return datetime.fromtimestamp(value, tz=UTC)
-        if isinstance(value, str):
+            moment = datetime.fromtimestamp(value, tz=UTC)
+        elif isinstance(value, datetime):
+            moment = value
+        elif isinstance(value, date):
+            moment = datetime(value.year, value.month, value.day)
+        elif isinstance(value, str):
             moment = datetime.fromisoformat(value.strip())
-            if moment.tzinfo is None:
-                return moment.replace(tzinfo=UTC)
-            return moment.astimezone(UTC)
+        else:
+            return None
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     except (ValueError, OverflowError, OSError):
         return None
-    return None
+    return moment if EARLIEST_TIME <= moment <= LATEST_TIME else None
 
 
 def render_turn(turn: Turn) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,18 +42,30 @@ def scan_workspace(
     *,
     debounce_seconds: float = 1.5,
     now: float | None = None,
+    extra_roots: Iterable[Path] = (),
 ) -> tuple[WorkspaceChanges, FileState]:
-    """Compare the workspace with `previous`; return the changes and the state to remember."""
+    """Compare the workspace with `previous`; return the changes and the state to remember.
+
+    A refused file (a symlink loop, a link out of the workspace) is never opened: its
+    fingerprint is its reason.
+    """
     now = time.time() if now is None else now
     changes = WorkspaceChanges()
     state: FileState = {}
-    for source_file in discover_files(workspace):
+    for source_file in discover_files(workspace, extra_roots):
         key = source_file.rel_path
+        before = previous.get(key)
+        if source_file.fingerprint is not None:
+            state[key] = [0, 0.0, source_file.fingerprint]
+            if before is None:
+                changes.new.append(key)
+            elif before[2] != source_file.fingerprint:
+                changes.changed.append(key)
+            continue
         try:
             size, mtime = file_stat(source_file.path)
         except OSError:
             continue  # vanished between listing and stat: it will show as deleted next time
-        before = previous.get(key)
         if now - mtime < debounce_seconds:
             changes.settling.append(key)
             if before is not None:

@@ -23,6 +23,7 @@ from typing import Any, TypedDict, Unpack
 
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
+from memory_dag.ids import path_part_problem
 from memory_dag.index.build import refresh_search_index
 from memory_dag.memories.facts import classify_fact, fact_problem
 from memory_dag.memories.reconcile import is_near_duplicate, normalise_text
@@ -134,6 +135,10 @@ def remember(
     scope = scope or Scope()
     content = _fact_text(text)
     check_category(category)
+    conversation_id = scope.conversation_id
+    if conversation_id is not None and (problem := path_part_problem(conversation_id)):
+        # Conversation ids name folders (export writes entries/<conversation_id>/).
+        raise MemoryOpError(f"conversation id {conversation_id!r} {problem}")
     guessed_category, guessed_importance = classify_fact(content)
     chosen = category or known_category(guessed_category)
     owner = owner_key(scope.user_id, scope.conversation_id)

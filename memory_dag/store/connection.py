@@ -2,13 +2,15 @@
 
 DuckDB allows one writing process per file. Every writer here keeps its connection short
 (open, write, close), and every opener waits a bounded time when another process holds the
-lock instead of failing at once. Search does not open the file at all: it reads the last
-published index (see `index_files.py`), so it never waits on a running pipeline.
+lock instead of failing at once (60 s, or MEMORY_DAG_LOCK_TIMEOUT). Search does not open the
+file at all: it reads the last published index (see `index/published.py`), so it never waits
+on a running pipeline; `memory-dag sql` reads a copy (`user_sql.py`), so it never holds one up.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,13 +35,29 @@ def is_lock_error(error: BaseException) -> bool:
     )
 
 
+#: Seconds an opener waits for another process's lock by default (MEMORY_DAG_LOCK_TIMEOUT).
+DEFAULT_LOCK_TIMEOUT = 60.0
+
+
+def default_lock_timeout() -> float:
+    """`MEMORY_DAG_LOCK_TIMEOUT` if set (seconds), else `DEFAULT_LOCK_TIMEOUT`."""
+    raw = os.environ.get("MEMORY_DAG_LOCK_TIMEOUT", "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_LOCK_TIMEOUT
+    except ValueError:
+        return DEFAULT_LOCK_TIMEOUT
+
+
 def connect(
-    db_path: str | Path, *, read_only: bool = False, lock_timeout: float = 60.0
+    db_path: str | Path, *, read_only: bool = False, lock_timeout: float | None = None
 ) -> duckdb.DuckDBPyConnection:
-    """Open the store, waiting up to `lock_timeout` seconds for another writer to finish.
+    """Open the store, waiting up to `lock_timeout` seconds (default: `default_lock_timeout()`)
+    for another writer to finish.
 
     A writable connection migrates the schema forward before it is returned.
     """
+    if lock_timeout is None:
+        lock_timeout = default_lock_timeout()
     path = Path(db_path)
     if read_only and not path.exists():
         raise FileNotFoundError(f"no memory store at {path}: run `memory-dag ingest` first")
@@ -55,7 +73,7 @@ def connect(
                 if is_lock_error(error):
                     raise StoreLockedError(
                         f"{path} is locked by another process (a running pipeline?) and "
-                        f"stayed locked for {lock_timeout:.0f}s"
+                        f"stayed locked for {lock_timeout:g}s"
                     ) from error
                 raise
             time.sleep(delay)
@@ -67,7 +85,7 @@ def connect(
 
 @contextmanager
 def open_store(
-    db_path: str | Path, *, read_only: bool = False, lock_timeout: float = 60.0
+    db_path: str | Path, *, read_only: bool = False, lock_timeout: float | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """`with open_store(path) as con:` — a short-lived connection that is always closed."""
     con = connect(db_path, read_only=read_only, lock_timeout=lock_timeout)

@@ -18,6 +18,10 @@ committed (seed 000 §2.4).
 What is exported is read through a `Scope` (`memory_dag/scope.py`): a user's export holds its
 own facts, and the shared summaries and turns of the conversations it names; a scoped store
 (memories of several users) is not exported without a user.
+
+Conversation ids become folder names, so they are checked (`ids.path_part_problem`: no `..`,
+no absolute path) and every path written or removed must resolve inside the target folder, even
+through symlinks; a conversation whose id fails is refused and listed in the report.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 import yaml
 
 from memory_dag.config import Settings
+from memory_dag.ids import path_part_problem
 from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
 from memory_dag.summaries.conversation_summaries import (
@@ -58,6 +63,7 @@ class ExportReport:
     unchanged: int = 0
     removed: list[str] = field(default_factory=list)
     commit: str | None = None  # the new commit's hash, when one was made
+    refused: list[str] = field(default_factory=list)  # "<id>: why", ids that cannot be folders
 
 
 def export_store(
@@ -80,6 +86,10 @@ def export_store(
     named = conversations or ([scope.conversation_id] if scope.conversation_id else None)
     for conversation_id in named or conversation_ids(settings):
         # Naming a conversation is asking for its shared memories; otherwise only the user's.
+        problem = path_part_problem(conversation_id)
+        if problem is not None:
+            report.refused.append(f"{conversation_id!r}: {problem}")
+            continue
         reader = scope.in_conversation(conversation_id) if named else scope
         files = {
             _summary_path(node): _document(_summary_front_matter(node), node.content)
@@ -113,11 +123,12 @@ def _sync_folder(
     """Write changed files, then remove stale ones this exporter wrote earlier in `owned`."""
     base = report.target
     for relative, text in files.items():
-        path = folder / relative
+        path = _confined(base, folder / relative)
         if path.exists() and path.read_text(encoding="utf-8") == text:
             report.unchanged += 1
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
+        path = _confined(base, path)  # again: a folder on the way may be a symlink
         path.write_text(text, encoding="utf-8")
         report.written.append(path.relative_to(base).as_posix())
     wanted = {folder / relative for relative in files}
@@ -126,9 +137,21 @@ def _sync_folder(
         if not root.is_dir():
             continue
         for path in sorted(root.rglob("*.md")):
-            if path not in wanted and _written_by_us(path):
+            if path not in wanted and _inside(base, path) and _written_by_us(path):
                 path.unlink()
                 report.removed.append(path.relative_to(base).as_posix())
+
+
+def _inside(base: Path, path: Path) -> bool:
+    """True when `path` resolves (symlinks followed) inside `base`."""
+    return path.resolve().is_relative_to(base.resolve())
+
+
+def _confined(base: Path, path: Path) -> Path:
+    """`path` if it resolves inside `base`; ValueError otherwise."""
+    if not _inside(base, path):
+        raise ValueError(f"export refused: {path} would be written outside {base}")
+    return path
 
 
 def _written_by_us(path: Path) -> bool:

@@ -136,7 +136,9 @@ def test_transcript_accepts_both_line_shapes_and_keeps_ids_names_times(tmp_path:
 
     parsed = read(tmp_path, "sessions/conv-26/s1.jsonl")
 
-    assert parsed.errors == []
+    # Headers, tool lines, system prompts and blank lines are not messages; an assistant
+    # message without text is one, and says so.
+    assert reasons(parsed) == [(10, "no text in 'content' (only whitespace)")]
     assert parsed.turns == [
         Turn(
             id="m1",
@@ -345,7 +347,7 @@ def test_entry_conversation_id_comes_from_folder_unless_given(tmp_path: Path) ->
         (b"", "empty file"),
         (b"  \n\n\t\n", "empty file"),
         (b"# Notes\x00\x01\x02", "binary file"),
-        (b"caf\xc3\xa9 ok, then \xff bad", "not valid UTF-8 at byte 15"),
+        (b"\xff\xfeh\x00i\x00\x00\xd8", "not valid utf-16 at byte 6"),
     ],
 )
 def test_bad_files_are_recorded_not_raised(tmp_path: Path, content: bytes, reason: str) -> None:
@@ -359,6 +361,34 @@ def test_bad_files_are_recorded_not_raised(tmp_path: Path, content: bytes, reaso
     assert parsed.hash == hashlib.sha256(content).hexdigest()
     if reason != "empty file":
         assert parsed.text is None
+
+
+def test_a_line_that_is_not_utf8_is_left_out_and_the_others_are_kept(tmp_path: Path) -> None:
+    write(tmp_path, "memory/n.md", b"caf\xc3\xa9 ok\nthen \xff bad\r\nlast line\n")
+    write(
+        tmp_path,
+        "sessions/s.jsonl",
+        b'{"role": "user", "content": "good"}\n{"role": "user", "content": "bad \xff"}\n'
+        b'{"role": "user", "content": "good again"}\n',
+    )
+
+    note = read(tmp_path, "memory/n.md")
+    transcript = read(tmp_path, "sessions/s.jsonl")
+
+    assert note.body == "caf\u00e9 ok\n\nlast line\n"  # line 2 left out, line numbers kept
+    assert reasons(note) == [(2, "not valid UTF-8 at byte 5 of the line; line left out")]
+    assert [(t.line, t.content) for t in transcript.turns] == [(1, "good"), (3, "good again")]
+    assert reasons(transcript) == [(2, "not valid UTF-8 at byte 33 of the line; line left out")]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_text_is_read(tmp_path: Path, encoding: str) -> None:
+    text = "# Caf\u00e9\nSam lives in Lisbon.\n"
+    write(tmp_path, "memory/n.md", text.encode(encoding))
+
+    parsed = read(tmp_path, "memory/n.md")
+
+    assert (parsed.errors, parsed.body) == ([], text)
 
 
 def test_vanished_file_is_recorded_not_raised(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from memory_dag.memories.change_log import changes
 from memory_dag.memories.lookups import entity_profile, memory_history, stats
 from memory_dag.memories.writer import MemoryOpError
 from memory_dag.scope import Scope
+from memory_dag.store.connection import open_store
 from tests.conftest import write_jsonl
 from tests.memories.test_write_path import rows, store_settings
 
@@ -225,6 +226,8 @@ def test_cli_commands_run_the_same_operations(
     store: Settings, capsys: pytest.CaptureFixture
 ) -> None:
     where = ["--db", str(store.db_path), "--index-dir", str(store.index_dir), "--workspace", "ws"]
+    with open_store(store.db_path):  # the CLI works on an existing store (`ingest` makes one)
+        pass
 
     assert main(["remember", "Sam loves pizza.", "--conversation", "demo", *where, "--json"]) == 0
     created = json.loads(capsys.readouterr().out)
