@@ -105,8 +105,18 @@ def written_shard_count(settings: Settings) -> int:
     return int(json.loads(path.read_text())["shards"])
 
 
+def is_shard_store(settings: Settings) -> bool:
+    """True for the settings of one shard (`shards/shard-NN.duckdb`): a shard is not split again."""
+    path = Path(settings.db_path)
+    return path.parent.name == "shards" and path.stem.startswith("shard-")
+
+
 def shard_count(settings: Settings) -> int:
-    """`MEMORY_DAG_SHARDS` (default: what is on disk, else 1), checked against the disk."""
+    """`MEMORY_DAG_SHARDS` (default: what is on disk, else 1), checked against the disk.
+
+    The settings of one shard count as one store."""
+    if is_shard_store(settings):
+        return 1
     on_disk = written_shard_count(settings)
     raw = os.environ.get(SHARDS_ENV, "").strip()
     if not raw:
