@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memory_dag.store.shards import shard_of, user_key
 from tests.conftest import write_jsonl
 
 TOPICS = [
@@ -44,9 +45,28 @@ def user_turns(user: str, topic: int, sessions: int, turns: int, day: int = 1) -
     return result
 
 
-def write_corpus(root: Path, users: int = 12, sessions: int = 2, turns: int = 6) -> list[str]:
+def users_covering(shards: int, per_shard: int) -> list[str]:
+    """User ids, in order, until every shard holds at least `per_shard` of them."""
+    names: list[str] = []
+    counts = [0] * shards
+    number = 0
+    while min(counts) < per_shard:
+        name = f"user{number:03d}"
+        counts[shard_of(user_key(name), shards)] += 1
+        names.append(name)
+        number += 1
+    return names
+
+
+def write_corpus(
+    root: Path,
+    users: int = 12,
+    sessions: int = 2,
+    turns: int = 6,
+    names: list[str] | None = None,
+) -> list[str]:
     """Write the workspace under `root`; returns the user ids."""
-    names = [f"user{number:03d}" for number in range(users)]
+    names = names or [f"user{number:03d}" for number in range(users)]
     for number, user in enumerate(names):
         for session, records in enumerate(user_turns(user, number, sessions, turns)):
             write_jsonl(
