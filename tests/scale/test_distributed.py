@@ -23,7 +23,14 @@ from memory_dag.config import Settings
 from memory_dag.memories.write_path import consolidate, link_pending_entities
 from memory_dag.pipeline import run_all
 from memory_dag.store.compare import content_summary
-from memory_dag.store.shards import SHARD_TAG, all_shard_settings, shard_key
+from memory_dag.store.shards import (
+    SHARD_TAG,
+    all_shard_settings,
+    read_routes,
+    shard_key,
+    shard_of,
+    user_key,
+)
 from memory_dag.summaries.conversation_summaries import conversation_ids, summarize_conversation
 from tests.scale.corpus import users_covering, write_corpus
 from tests.scale.servers import BIN, REPO, Processes, deployment_env, servers  # noqa: F401
@@ -32,6 +39,7 @@ from tests.scale.test_shard_assets import settle
 pytestmark = pytest.mark.slow
 SHARDS = 8
 DONE = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+WORKER_EVENTS = {dg.DagsterEventType.RUN_START, dg.DagsterEventType.STEP_START}
 BUSY = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -92,9 +100,13 @@ def launch(env: dict[str, str], job: str, shard: str) -> None:
 
 
 @pytest.fixture
-def deployment(servers, tmp_path: Path, monkeypatch):  # noqa: F811
+def deployment(servers, tmp_path: Path, monkeypatch, request):  # noqa: F811
+    """Daemon + two workers over a workspace of users on every shard ("every shard"), or of
+    four users of shard-03 ("one shard"; their two-user conversation lands on shard-06)."""
     data = tmp_path / "data"
     names = users_covering(SHARDS, 2)
+    if getattr(request, "param", "every shard") == "one shard":
+        names = [n for n in users_covering(SHARDS, 4) if shard_of(user_key(n), SHARDS) == 3]
     write_corpus(data / "workspace", names=names, sessions=2, turns=6)
     settle(data / "workspace")
     env = deployment_env(servers, tmp_path / "dagster_home", data, SHARDS)
@@ -111,6 +123,13 @@ def deployment(servers, tmp_path: Path, monkeypatch):  # noqa: F811
             yield instance, processes, env, data, tmp_path
     finally:
         processes.stop_all()
+
+
+def summarized(instance: dg.DagsterInstance, conversations: int) -> bool:
+    """Every conversation has had its summary run (the conversations sensor asks for them once
+    an ingest run has started after it saw them)."""
+    runs = instance.get_runs(dg.RunsFilter(job_name="summaries_job", statuses=DONE))
+    return len({run.tags.get("dagster/partition") for run in runs}) >= conversations
 
 
 def quiet(instance: dg.DagsterInstance, since: list[float]) -> bool:
@@ -130,6 +149,8 @@ def test_eight_shards_run_side_by_side_one_writer_each_and_equal_single_stores(d
         return sorted(run.tags.get(SHARD_TAG, "") for run in runs)
 
     wait_for(lambda: len(ingested()) >= SHARDS, "an ingest run of every shard", tmp_path)
+    conversations = len(read_routes(settings))
+    wait_for(lambda: summarized(instance, conversations), "every summary", tmp_path)
     # The sensors go on (summaries of the new conversations, their indexing): let them finish.
     since = [time.monotonic()]
     wait_for(lambda: quiet(instance, since), "the queue to drain", tmp_path)
@@ -167,6 +188,34 @@ def test_eight_shards_run_side_by_side_one_writer_each_and_equal_single_stores(d
         assert expected["memories"][0] > 0
 
 
+def kill_a_rebuild(
+    instance: dg.DagsterInstance, env: dict[str, str], shard_runs: Callable
+) -> dg.DagsterRun:
+    """Launch `reindex_job` on shard-03 and SIGKILL the worker process running it."""
+    for _ in range(5):
+        before = {run.run_id for run in shard_runs(DONE + BUSY)}
+        launch(env, "reindex_job", shard_key(3))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            runs = [r for r in shard_runs(DONE + BUSY) if r.run_id not in before]
+            if runs and runs[0].status in DONE:
+                break  # too quick: try again
+            # The run worker's own events (the run's start, its steps) carry its pid.
+            pids = {
+                event.dagster_event.pid
+                for event in (
+                    instance.all_logs(runs[0].run_id, of_type=WORKER_EVENTS) if runs else []
+                )
+                if event.dagster_event and event.dagster_event.pid
+            }
+            if runs and runs[0].status == dg.DagsterRunStatus.STARTED and len(pids) == 1:
+                os.kill(pids.pop(), signal.SIGKILL)
+                return runs[0]
+            time.sleep(0.1)
+    raise AssertionError("no rebuild could be caught running")
+
+
+@pytest.mark.parametrize("deployment", ["one shard"], indirect=True)
 def test_a_worker_killed_mid_run_fails_the_run_and_the_rerun_converges(deployment) -> None:
     instance, processes, env, data, tmp_path = deployment
     settings = Settings.load()
@@ -176,24 +225,17 @@ def test_a_worker_killed_mid_run_fails_the_run_and_the_rerun_converges(deploymen
         return instance.get_runs(dg.RunsFilter(tags={SHARD_TAG: shard_key(3)}, statuses=status))
 
     wait_for(lambda: bool(shard_runs(DONE)), "the first run of shard-03", tmp_path)
+    conversations = len(read_routes(settings))
+    wait_for(lambda: summarized(instance, conversations), "every summary", tmp_path)
     since = [time.monotonic()]
     wait_for(lambda: quiet(instance, since), "the queue to drain", tmp_path)
     expected = content_summary([Path(shard.db_path)])
 
-    # A forced rebuild of the shard; kill the process running it once it has started.
-    launch(env, "reindex_job", shard_key(3))
-    wait_for(lambda: bool(shard_runs([dg.DagsterRunStatus.STARTED])), "the rebuild", tmp_path)
-    run = shard_runs([dg.DagsterRunStatus.STARTED])[0]
-    pids = [
-        event.dagster_event.engine_event_data.metadata["pid"].value
-        for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
-        if event.dagster_event.engine_event_data
-        and "pid" in event.dagster_event.engine_event_data.metadata
-    ]
-    assert pids, "the run worker reported no pid"
-    os.kill(int(pids[0]), signal.SIGKILL)
+    # A forced rebuild of the shard; kill the process running it once it has started (a run
+    # that finishes before the kill lands is launched again: the rebuild takes seconds).
+    killed = kill_a_rebuild(instance, env, shard_runs)
     wait_for(
-        lambda: instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE,
+        lambda: instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE,
         "run monitoring to fail the killed run",
         tmp_path,
     )
@@ -203,13 +245,10 @@ def test_a_worker_killed_mid_run_fails_the_run_and_the_rerun_converges(deploymen
     assert (Path(shard.index_dir) / "CURRENT").exists()
 
     # The shard is not blocked: the re-run goes through and converges to the same content.
+    before = {r.run_id for r in shard_runs(DONE + BUSY)}
     launch(env, "reindex_job", shard_key(3))
     wait_for(
-        lambda: any(
-            r.run_id != run.run_id
-            for r in shard_runs([dg.DagsterRunStatus.SUCCESS])
-            if r.job_name == "reindex_job"
-        ),
+        lambda: any(r.run_id not in before for r in shard_runs([dg.DagsterRunStatus.SUCCESS])),
         "the re-run",
         tmp_path,
     )
