@@ -43,26 +43,15 @@ from memory_dag.store.shards import SHARD_TAG, all_shard_settings, settings_for,
 from tests.scale.corpus import TOPICS, users_covering, write_corpus  # noqa: E402
 from tests.scale.servers import (  # noqa: E402
     BIN,
-    LOCAL,
     Processes,
     deployment_env,
-    free_port,
     missing_binaries,
+    start_servers,
+    stop_servers,
 )
 from tests.scale.test_shard_assets import settle  # noqa: E402
 
 SHARDS = 8
-
-
-def start_servers(folder: Path) -> dict[str, str]:
-    env = {**os.environ, "PGPORT": str(free_port()), "REDIS_PORT": str(free_port())}
-    subprocess.run([LOCAL / "start.sh", folder], env=env, check=True, capture_output=True)
-    values = {}
-    for line in (folder / "env").read_text().split("export ")[1:]:
-        for pair in line.split():
-            key, _, value = pair.partition("=")
-            values[key] = value
-    return values
 
 
 def episodes(settings: Settings) -> int:
@@ -96,9 +85,7 @@ def run_seconds(instance: dg.DagsterInstance, run_id: str) -> float:
 def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: Path) -> dict:
     """Ingest the corpus with `workers` Celery workers; then the nightly job of every shard."""
     folder = root / f"workers-{workers}"
-    servers_dir = Path(tempfile.mkdtemp(prefix="memory-dag-bench-"))
-    servers_dir.chmod(0o755)
-    servers = start_servers(servers_dir)
+    servers_dir, servers = start_servers()
     data = folder / "data"
     write_corpus(data / "workspace", names=names, sessions=args.sessions, turns=args.turns)
     settle(data / "workspace")
@@ -182,8 +169,7 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
             result.update(sizes(settings, result["turns"]))
     finally:
         processes.stop_all()
-        subprocess.run([LOCAL / "stop.sh", servers_dir], capture_output=True)
-        shutil.rmtree(servers_dir, ignore_errors=True)
+        stop_servers(servers_dir)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -38,27 +38,38 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def start_servers() -> tuple[Path, dict[str, str]]:
+    """PostgreSQL + Redis on free loopback ports (deploy/local/start.sh): their folder and the
+    environment that names them (the folder's `env` file)."""
+    # Not under pytest's 0700 temp folders: as root, PostgreSQL runs as the postgres user.
+    folder = Path(tempfile.mkdtemp(prefix="memory-dag-servers-"))
+    folder.chmod(0o755)
+    env = {**os.environ, "PGPORT": str(free_port()), "REDIS_PORT": str(free_port())}
+    subprocess.run([LOCAL / "start.sh", folder], env=env, check=True, capture_output=True)
+    values = {}
+    for line in (folder / "env").read_text().split("export ")[1:]:
+        for pair in line.split():
+            key, _, value = pair.partition("=")
+            values[key] = value
+    return folder, values
+
+
+def stop_servers(folder: Path) -> None:
+    subprocess.run([LOCAL / "stop.sh", folder], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, str]]:
     """PostgreSQL + Redis for this module; yields the environment that names them."""
     reason = missing_binaries()
     if reason:
         pytest.skip(reason)
-    # Not under pytest's 0700 temp folders: as root, PostgreSQL runs as the postgres user.
-    folder = Path(tempfile.mkdtemp(prefix="memory-dag-servers-"))
-    folder.chmod(0o755)
-    env = {**os.environ, "PGPORT": str(free_port()), "REDIS_PORT": str(free_port())}
-    subprocess.run([LOCAL / "start.sh", folder], env=env, check=True, capture_output=True)
+    folder, values = start_servers()
     try:
-        values = {}
-        for line in (folder / "env").read_text().split("export ")[1:]:
-            for pair in line.split():
-                key, _, value = pair.partition("=")
-                values[key] = value
         yield values
     finally:
-        subprocess.run([LOCAL / "stop.sh", folder], env=env, capture_output=True)
-        shutil.rmtree(folder, ignore_errors=True)
+        stop_servers(folder)
 
 
 class Processes:
