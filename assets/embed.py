@@ -8,7 +8,13 @@ from assets.resources import MemoryStoreResource
 from memory_dag.embed.chunk_embeddings import embed_chunks
 
 
-@dg.asset(group_name="embed", pool="duckdb", kinds={"duckdb"}, deps=[chunks, dg.AssetKey("facts")])
+@dg.asset(
+    group_name="embed",
+    pool="duckdb",
+    kinds={"duckdb"},
+    # Facts and summaries are embedded too; by key, as their modules import this one.
+    deps=[chunks, dg.AssetKey("facts"), dg.AssetKey("conversation_summaries")],
+)
 def chunk_embeddings(
     context: dg.AssetExecutionContext, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:

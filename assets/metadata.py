@@ -9,7 +9,7 @@ import dagster as dg
 from memory_dag.reports import StageReport
 
 
-def _markdown_table(rows: list[dict[str, Any]]) -> str:
+def markdown_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "_(no rows)_"
     columns = list(rows[0])
@@ -27,9 +27,9 @@ def report_metadata(report: StageReport) -> dict[str, Any]:
     if report.notes:
         metadata["notes"] = dg.MetadataValue.text("\n".join(report.notes))
     if report.preview:
-        metadata["preview"] = dg.MetadataValue.md(_markdown_table(report.preview))
+        metadata["preview"] = dg.MetadataValue.md(markdown_table(report.preview))
     if report.errors:
-        metadata["error_details"] = dg.MetadataValue.md(_markdown_table(report.errors[:50]))
+        metadata["error_details"] = dg.MetadataValue.md(markdown_table(report.errors[:50]))
     return metadata
 
 

@@ -26,8 +26,10 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
@@ -37,6 +39,7 @@ from pydantic import BaseModel
 from memory_dag.config import Settings
 from memory_dag.ingest.sources import Turn, render_turn
 from memory_dag.ingest.tokens import count_tokens
+from memory_dag.ingest.watch import changed_conversations, scan_workspace
 from memory_dag.store.connection import fetch_dicts, insert_arrow, open_store, to_json
 from memory_dag.summaries.summarizer import (
     SummarizationError,
@@ -152,39 +155,118 @@ def conversation_ids(settings: Settings) -> list[str]:
     return sorted(row[0] for row in rows)
 
 
+#: Conversations whose files or facts changed after their last successful summarization.
+_STALE_SQL = """
+    WITH last AS (
+        SELECT conversation_id, max(ts) AS ts FROM events
+        WHERE node = 'summaries' AND op = 'summarize' AND status = 'ok' GROUP BY 1)
+    SELECT f.conversation_id FROM files f LEFT JOIN last USING (conversation_id)
+    WHERE f.conversation_id IS NOT NULL AND (last.ts IS NULL OR f.indexed_at > last.ts)
+    UNION
+    SELECT m.conversation_id FROM memories m JOIN last USING (conversation_id)
+    WHERE m.kind = 'fact' AND greatest(m.created_at, m.valid_until) > last.ts
+"""
+
+
+def conversations_due(settings: Settings) -> list[str]:
+    """The conversations an ingest run must bring up to date, before it runs: those with files
+    new, changed or deleted on disk since the store read them, and those whose files or facts
+    changed after their last summarization (a run that stopped before its summaries)."""
+    previous: dict[str, list] = {}
+    stale: set[str] = set()
+    if Path(settings.db_path).exists():
+        with open_store(settings.db_path, read_only=True) as con:
+            for path, size, mtime, digest in con.execute(
+                "SELECT path, size, mtime, hash FROM files"
+            ).fetchall():
+                previous[path] = [size, mtime, digest]
+            stale = {row[0] for row in con.execute(_STALE_SQL).fetchall()}
+    changes, _ = scan_workspace(Path(settings.workspace), previous, debounce_seconds=0)
+    return sorted(set(changed_conversations(changes)) | stale)
+
+
 def gather_input(
     con: duckdb.DuckDBPyConnection, conversation_id: str, summarizer: str
 ) -> ConversationInput:
     """Read a conversation's turns, facts and prior L3 into the summarizer's input."""
-    prior = read_final_summary(con, conversation_id)
-    since = prior.created_at if prior is not None else None
+    return gather_inputs(con, [conversation_id], summarizer)[0]
 
-    episodes = fetch_dicts(
+
+def gather_inputs(
+    con: duckdb.DuckDBPyConnection, conversation_ids: Sequence[str], summarizer: str
+) -> list[ConversationInput]:
+    """`gather_input` of many conversations, with one query per table for all of them."""
+    ids = list(conversation_ids)
+    priors = {
+        summary.conversation_id: summary
+        for summary in _load(
+            con,
+            "id IN (SELECT unnest(?::TEXT[])) AND valid_until IS NULL AND state = 'active'",
+            [[final_id(c) for c in ids]],
+        )
+        if summary.id == final_id(summary.conversation_id)
+    }
+    episodes = _grouped(
         con,
-        "SELECT turn_id, session_id, role, speaker, content, event_time, line, path "
-        "FROM episodes WHERE conversation_id = ? ORDER BY path, line",
-        [conversation_id],
+        "SELECT conversation_id, turn_id, session_id, role, speaker, content, event_time, line, "
+        "path FROM episodes WHERE conversation_id IN (SELECT unnest(?::TEXT[])) "
+        "ORDER BY conversation_id, path, line",
+        [ids],
     )
+    entry_turns = _grouped(
+        con,
+        "SELECT conversation_id, path, entry_id, role, body, created_at FROM notes "
+        "WHERE kind = 'entry' AND conversation_id IN (SELECT unnest(?::TEXT[])) "
+        "AND role IN ('user', 'assistant') AND path LIKE 'entries/%/turns/%' "
+        "ORDER BY conversation_id, created_at NULLS LAST, path",
+        [ids],
+    )
+    facts = _grouped(
+        con,
+        "SELECT conversation_id, id, content, created_at FROM facts "
+        "WHERE conversation_id IN (SELECT unnest(?::TEXT[])) "
+        "UNION ALL "
+        "SELECT conversation_id, path AS id, trim(body) AS content, created_at FROM notes "
+        "WHERE kind = 'entry' AND conversation_id IN (SELECT unnest(?::TEXT[])) "
+        "AND role = 'memory' AND path LIKE 'entries/%/facts/%' "
+        "ORDER BY conversation_id, created_at NULLS FIRST, id",
+        [ids, ids],
+    )
+    return [
+        _input_of(
+            conversation_id,
+            summarizer,
+            priors.get(conversation_id),
+            episodes.get(conversation_id, []),
+            entry_turns.get(conversation_id, []),
+            facts.get(conversation_id, []),
+        )
+        for conversation_id in ids
+    ]
+
+
+def _grouped(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows (as dicts without their first column) grouped by that first column."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in fetch_dicts(con, sql, params):
+        groups.setdefault(row.pop("conversation_id"), []).append(row)
+    return groups
+
+
+def _input_of(
+    conversation_id: str,
+    summarizer: str,
+    prior: StoredSummary | None,
+    episodes: list[dict[str, Any]],
+    entry_turns: list[dict[str, Any]],
+    facts: list[dict[str, Any]],
+) -> ConversationInput:
+    since = prior.created_at if prior is not None else None
     sessions: dict[str, list[dict[str, Any]]] = {}
     for row in episodes:
         sessions.setdefault(row["path"], []).append(row)
-    entry_turns = fetch_dicts(
-        con,
-        "SELECT path, entry_id, role, body, created_at FROM notes "
-        "WHERE kind = 'entry' AND conversation_id = ? AND role IN ('user', 'assistant') "
-        "AND path LIKE 'entries/%/turns/%' ORDER BY created_at NULLS LAST, path",
-        [conversation_id],
-    )
-    facts = fetch_dicts(
-        con,
-        "SELECT id, content, created_at FROM facts WHERE conversation_id = ? "
-        "UNION ALL "
-        "SELECT path AS id, trim(body) AS content, created_at FROM notes "
-        "WHERE kind = 'entry' AND conversation_id = ? AND role = 'memory' "
-        "AND path LIKE 'entries/%/facts/%' "
-        "ORDER BY created_at NULLS FIRST, id",
-        [conversation_id, conversation_id],
-    )
 
     blocks = [_session_block(rows) for rows in _ordered_sessions(sessions)]
     if entry_turns:
@@ -260,6 +342,11 @@ def summarizer_identity(config: SummarizerConfig) -> str:
 # --- Summarize and write -------------------------------------------------------------------------
 
 
+#: Conversations are read, summarized and written in groups of about this many turns: one
+#: connection reads a group and one transaction writes it, and memory stays bounded.
+GROUP_TURNS = 200_000
+
+
 def summarize_conversation(
     settings: Settings,
     conversation_id: str,
@@ -272,49 +359,109 @@ def summarize_conversation(
     Raises `SummarizationError` when the summarizer fails: the failure is recorded in `events`
     and the previous summary stays active.
     """
+    [run] = summarize_conversations(settings, [conversation_id], config=config, force=force)
+    return run
+
+
+def summarize_conversations(
+    settings: Settings,
+    conversations: Sequence[str] | None = None,
+    *,
+    config: SummarizerConfig | None = None,
+    force: bool = False,
+) -> list[SummaryRun]:
+    """Bring these conversations' summaries up to date (every conversation when None).
+
+    A conversation whose input has not changed since its summary is skipped. Each group of
+    conversations (`GROUP_TURNS`) is read on one connection and written in one transaction, and
+    no connection is held while the summarizer runs (it may call an LLM for minutes). A
+    conversation whose summarizer or write fails keeps its previous summary (the failure is in
+    `events`); the others are written, then the failure is raised.
+    """
     config = config or SummarizerConfig.from_settings(settings)
-    seconds: dict[str, float] = {}
-    started = time.perf_counter()
-    with open_store(settings.db_path) as con:
-        gathered = gather_input(con, conversation_id, summarizer_identity(config))
-    seconds["gather"] = round(time.perf_counter() - started, 3)
-
-    prior = gathered.prior
-    if not force and prior is not None and prior.source_fingerprint == gathered.fingerprint:
-        return _unchanged(gathered, prior, seconds)
-
-    started = time.perf_counter()
-    prior_text = prior.content if prior is not None else None
-    try:
-        result = summarize(gathered.content, config, prior_text, CONTENT_TYPE)
-    except SummarizationError as error:
+    identity = summarizer_identity(config)
+    if conversations is None:
+        conversations = conversation_ids(settings)
+    runs: list[SummaryRun] = []
+    failures: list[tuple[str, BaseException]] = []
+    for group in _groups(settings, list(conversations)):
+        started = time.perf_counter()
         with open_store(settings.db_path) as con:
-            record_event(con, conversation_id, "error", str(error), {"turns": gathered.turns})
-        raise
-    seconds["summarize"] = round(time.perf_counter() - started, 3)
+            gathered = gather_inputs(con, group, identity)
+        gather_seconds = round((time.perf_counter() - started) / len(group), 3)
+        summarized: list[tuple[ConversationInput, SummaryResult, float]] = []
+        errors: list[tuple[ConversationInput, SummarizationError]] = []
+        for item in gathered:
+            prior = item.prior
+            if not force and prior is not None and prior.source_fingerprint == item.fingerprint:
+                runs.append(_unchanged(item, prior, {"gather": gather_seconds}))
+                continue
+            started = time.perf_counter()
+            try:
+                result = summarize(
+                    item.content, config, prior.content if prior else None, CONTENT_TYPE
+                )
+            except SummarizationError as error:
+                errors.append((item, error))
+                continue
+            summarized.append((item, result, round(time.perf_counter() - started, 3)))
+        if not summarized and not errors:
+            continue
+        started = time.perf_counter()
+        with open_store(settings.db_path) as con:
+            written, write_failures = _write_group(con, summarized, errors)
+        write_seconds = round((time.perf_counter() - started) / (len(summarized) + len(errors)), 3)
+        failures += [(item.conversation_id, error) for item, error in errors]
+        failures += list(write_failures.items())
+        for item, result, seconds in summarized:
+            if item.conversation_id in written:
+                generation, retired = written[item.conversation_id]
+                timings = {"gather": gather_seconds, "summarize": seconds, "write": write_seconds}
+                runs.append(_run_of(item, result, generation, retired, timings))
+    if len(failures) == 1:
+        raise failures[0][1]
+    if failures:
+        raise SummarizationError(
+            f"{len(failures)} conversations failed: "
+            + "; ".join(f"{conversation}: {error}" for conversation, error in failures[:5])
+        )
+    return runs
 
-    started = time.perf_counter()
-    with open_store(settings.db_path) as con:
-        generation, retired = write_summary(con, gathered, result)
-        status = "written" if generation is not None else "none"
-        detail = f"{result.level.value}: {result.input_tokens} -> {result.output_tokens} tokens"
-        meta = {
-            "level": result.level.value,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-            "compression_ratio": result.compression_ratio,
-            "method": result.method,
-            "generation": generation,
-            "retired": retired,
-        }
-        memory_id = final_id(conversation_id) if generation is not None else None
-        record_event(con, conversation_id, "ok", detail, meta, memory_id=memory_id)
-    seconds["write"] = round(time.perf_counter() - started, 3)
 
+def _groups(settings: Settings, conversation_ids: list[str]) -> list[list[str]]:
+    """The conversations in groups of about `GROUP_TURNS` turns, in the order given."""
+    if len(conversation_ids) <= 1:
+        return [conversation_ids] if conversation_ids else []
+    with open_store(settings.db_path, read_only=True) as con:
+        turns = dict(
+            con.execute(
+                "SELECT conversation_id, count(*) FROM episodes "
+                "WHERE conversation_id IN (SELECT unnest(?::TEXT[])) GROUP BY 1",
+                [conversation_ids],
+            ).fetchall()
+        )
+    groups: list[list[str]] = [[]]
+    size = 0
+    for conversation_id in conversation_ids:
+        if groups[-1] and size + turns.get(conversation_id, 0) > GROUP_TURNS:
+            groups.append([])
+            size = 0
+        groups[-1].append(conversation_id)
+        size += turns.get(conversation_id, 0)
+    return groups
+
+
+def _run_of(
+    gathered: ConversationInput,
+    result: SummaryResult,
+    generation: int | None,
+    retired: int,
+    seconds: dict[str, float],
+) -> SummaryRun:
     tree = result.hierarchical
     return SummaryRun(
-        conversation_id=conversation_id,
-        status=status,
+        conversation_id=gathered.conversation_id,
+        status="written" if generation is not None else "none",
         level=result.level,
         method=result.method,
         input_tokens=result.input_tokens,
@@ -327,7 +474,7 @@ def summarize_conversation(
         l2=len(tree.l2_summaries) if tree else 0,
         generation=generation,
         retired=retired,
-        final_id=memory_id,
+        final_id=final_id(gathered.conversation_id) if generation is not None else None,
         preview=result.summary or "",
         seconds=seconds,
     )
@@ -354,35 +501,105 @@ def _unchanged(
     )
 
 
-def write_summary(
-    con: duckdb.DuckDBPyConnection, gathered: ConversationInput, result: SummaryResult
-) -> tuple[int | None, int]:
-    """Retire the active tree and insert the new one in one transaction.
+Summarized = tuple[ConversationInput, SummaryResult, float]
 
-    Returns (generation of the new tree or None for a NONE result, rows retired). A NONE result
-    (the conversation is too short) retires the old tree and writes nothing.
+
+def _write_group(
+    con: duckdb.DuckDBPyConnection,
+    summarized: list[Summarized],
+    errors: list[tuple[ConversationInput, SummarizationError]],
+) -> tuple[dict[str, tuple[int | None, int]], dict[str, BaseException]]:
+    """Write a group's new trees and events in one transaction or, when that fails, one
+    transaction per conversation, so a bad tree keeps only itself out.
+
+    Returns ((generation, rows retired) per written conversation, the error per failed one).
     """
-    conversation_id = gathered.conversation_id
-    now = datetime.now(UTC)
+    try:
+        return _write_trees_and_events(con, summarized, errors), {}
+    except duckdb.Error:
+        if len(summarized) <= 1:
+            raise
+    written: dict[str, tuple[int | None, int]] = {}
+    failed: dict[str, BaseException] = {}
+    for one in summarized:
+        try:
+            written.update(_write_trees_and_events(con, [one], []))
+        except duckdb.Error as error:
+            failed[one[0].conversation_id] = error
+    _write_trees_and_events(con, [], errors)
+    return written, failed
+
+
+def _write_trees_and_events(
+    con: duckdb.DuckDBPyConnection,
+    summarized: list[Summarized],
+    errors: list[tuple[ConversationInput, SummarizationError]],
+) -> dict[str, tuple[int | None, int]]:
     con.execute("BEGIN TRANSACTION")
     try:
-        row = con.execute(
-            "SELECT coalesce(max(CAST(json_extract(attributes, '$.generation') AS INTEGER)), 0) "
-            "FROM memories WHERE kind = 'summary' AND conversation_id = ?",
-            [conversation_id],
-        ).fetchone()
-        generation = int(row[0]) + 1
-        nodes = _nodes(gathered, result, generation)
-        replaced_by = final_id(conversation_id) if nodes else None
-        retired = con.execute(
-            "UPDATE memories SET id = id || '#g' || "
-            "coalesce(CAST(json_extract(attributes, '$.generation') AS INTEGER), 0), "
-            "valid_until = ?, state = 'soft_deleted', replaced_by = ? "
-            "WHERE kind = 'summary' AND conversation_id = ? AND valid_until IS NULL "
-            "AND state = 'active'",
-            [now, replaced_by, conversation_id],
-        ).fetchone()[0]
-        rows = [
+        written = write_summaries(con, [(item, result) for item, result, _ in summarized])
+        for item, result, _ in summarized:
+            generation, retired = written[item.conversation_id]
+            detail = f"{result.level.value}: {result.input_tokens} -> {result.output_tokens} tokens"
+            meta = {
+                "level": result.level.value,
+                "input_tokens": result.input_tokens,
+                "output_tokens": result.output_tokens,
+                "compression_ratio": result.compression_ratio,
+                "method": result.method,
+                "generation": generation,
+                "retired": retired,
+            }
+            memory_id = final_id(item.conversation_id) if generation is not None else None
+            record_event(con, item.conversation_id, "ok", detail, meta, memory_id=memory_id)
+        for item, error in errors:
+            record_event(con, item.conversation_id, "error", str(error), {"turns": item.turns})
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return written
+
+
+def write_summaries(
+    con: duckdb.DuckDBPyConnection, trees: list[tuple[ConversationInput, SummaryResult]]
+) -> dict[str, tuple[int | None, int]]:
+    """Retire the active trees of these conversations and insert the new ones (inside the
+    caller's transaction).
+
+    Returns, per conversation, (generation of the new tree or None for a NONE result, rows
+    retired). A NONE result (the conversation is too short) retires the old tree only.
+    """
+    if not trees:
+        return {}
+    now = datetime.now(UTC)
+    ids = [gathered.conversation_id for gathered, _ in trees]
+    known = {
+        conversation_id: (int(generation), int(active))
+        for conversation_id, generation, active in con.execute(
+            "SELECT conversation_id, "
+            "coalesce(max(CAST(json_extract(attributes, '$.generation') AS INTEGER)), 0), "
+            "count(*) FILTER (WHERE valid_until IS NULL AND state = 'active') "
+            "FROM memories WHERE kind = 'summary' "
+            "AND conversation_id IN (SELECT unnest(?::TEXT[])) GROUP BY conversation_id",
+            [ids],
+        ).fetchall()
+    }
+    written: dict[str, tuple[int | None, int]] = {}
+    retiring: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for gathered, result in trees:
+        conversation_id = gathered.conversation_id
+        last, active = known.get(conversation_id, (0, 0))
+        nodes = _nodes(gathered, result, last + 1)
+        written[conversation_id] = (last + 1 if nodes else None, active)
+        retiring.append(
+            {
+                "conversation_id": conversation_id,
+                "replaced_by": final_id(conversation_id) if nodes else None,
+            }
+        )
+        rows += [
             {
                 "id": node_id,
                 "kind": "summary",
@@ -396,12 +613,24 @@ def write_summary(
             }
             for node_id, content, attributes in nodes
         ]
-        insert_arrow(con, "memories", pa.Table.from_pylist(rows, schema=_SUMMARY_SCHEMA))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    return (generation if nodes else None), int(retired)
+    con.register("_retiring", pa.Table.from_pylist(retiring, schema=_RETIRING_SCHEMA))
+    try:
+        con.execute(
+            "UPDATE memories SET id = id || '#g' || "
+            "coalesce(CAST(json_extract(attributes, '$.generation') AS INTEGER), 0), "
+            "valid_until = ?, state = 'soft_deleted', replaced_by = r.replaced_by "
+            "FROM _retiring r WHERE memories.kind = 'summary' "
+            "AND memories.conversation_id = r.conversation_id "
+            "AND memories.valid_until IS NULL AND memories.state = 'active'",
+            [now],
+        )
+    finally:
+        con.unregister("_retiring")
+    insert_arrow(con, "memories", pa.Table.from_pylist(rows, schema=_SUMMARY_SCHEMA))
+    return written
+
+
+_RETIRING_SCHEMA = pa.schema([("conversation_id", pa.string()), ("replaced_by", pa.string())])
 
 
 def _nodes(
