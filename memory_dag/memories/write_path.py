@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
+
 from memory_dag.config import Settings
 from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.embed.providers import get_provider
@@ -396,6 +398,7 @@ def _write_sessions(
             writer = MemoryWriter(con, provider, actor=ACTOR)
             opened = time.monotonic()
             with writer.transaction():
+                marks: list[dict[str, Any]] = []
                 while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
                     session, turns = due[position], pending[due[position].path]
                     position += 1
@@ -404,11 +407,12 @@ def _write_sessions(
                     writer.embed([c.text for t in turns for c in extracted[t.key][0]])
                     for turn in turns:
                         session_writer.turn(turn, *extracted[turn.key])
-                    _mark_consolidated(writer, session, turns, session_writer, method)
+                    marks.append(_mark_consolidated(writer, session, turns, session_writer, method))
                     counts["sessions_consolidated"] += 1
                     timings["reconcile"] += session_writer.timings["reconcile"]
                     timings["write"] += session_writer.timings["write"]
                     written.extend(session_writer.written)
+                _write_marks(writer, marks)
         for key in ("entities_created", "entity_links", "relations", "llm_failures"):
             counts[key] += writer.counts.get(key, 0)
         timings["relations"] += writer.relation_seconds
@@ -430,13 +434,9 @@ def _mark_consolidated(
     turns: list[UserTurn],
     session_writer: _SessionWriter,
     method: str,
-) -> None:
+) -> dict[str, Any]:
+    """Record the session's consolidation event; returns its `sessions_consolidations` mark."""
     written = len(session_writer.written)
-    writer.con.execute(
-        "UPDATE sessions_consolidations SET consolidated_at = ?, "
-        "facts_written = coalesce(facts_written, 0) + ?, method = ? WHERE path = ?",
-        [datetime.now(UTC), written, method, session.path],
-    )
     writer.record_event(
         NODE,
         "consolidate",
@@ -452,6 +452,33 @@ def _mark_consolidated(
             "turns": [turn.key for turn in turns],
         },
     )
+    return {"path": session.path, "written": written, "method": method, "at": datetime.now(UTC)}
+
+
+_MARK_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("written", pa.int32()),
+        ("method", pa.string()),
+        ("at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def _write_marks(writer: MemoryWriter, marks: list[dict[str, Any]]) -> None:
+    """Mark a batch's sessions consolidated, in one statement."""
+    if not marks:
+        return
+    con = writer.con
+    con.register("_marks", pa.Table.from_pylist(marks, schema=_MARK_SCHEMA))
+    try:
+        con.execute(
+            "UPDATE sessions_consolidations SET consolidated_at = m.at, "
+            "facts_written = coalesce(facts_written, 0) + m.written, method = m.method "
+            "FROM _marks m WHERE sessions_consolidations.path = m.path"
+        )
+    finally:
+        con.unregister("_marks")
 
 
 # --------------------------------------------------------------------------- entities

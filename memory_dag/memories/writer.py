@@ -11,7 +11,10 @@ trail. Inside `with writer.transaction():` each write:
   stage does not redo it, queues its entity links (`entity_links.py`), and queues `related_to`
   edges to its most similar active facts of the same conversation (`relations.py`).
 
-Those rows are buffered and written in bulk when the transaction commits.
+Those rows, the new memories and the events are buffered and written in bulk: a DuckDB
+statement costs about a millisecond, one per row would dominate a consolidation run. New
+memories are written before anything reads or updates `memories` (`writer.con` flushes them
+first), so a transaction always sees its own writes.
 
 * `restore` refuses a memory that was replaced by a correction or an update while the replacement
   is active: two versions of one fact would both be served. Forget the replacement first.
@@ -29,18 +32,58 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from memory_dag.embed.cache import VectorCache
 from memory_dag.embed.providers import EmbeddingProvider
 from memory_dag.memories.entity_links import EntityLinker
 from memory_dag.memories.history import HistoryLog
 from memory_dag.memories.relations import LINK_MIN, LINK_TOP_K, FactSet, related_edges, write_edges
-from memory_dag.store.connection import fetch_dicts, to_json
+from memory_dag.store.connection import fetch_dicts, insert_arrow, to_json
 
 #: Facts decay by default (seed 004); `confirm` sets the rate to 0.
 FACT_DECAY_RATE = 0.1
 
 _ID_PREFIX = {"fact": "fact_", "summary": "sum_", "reflection": "ref_", "insight": "ins_"}
+
+_TS = pa.timestamp("us", tz="UTC")
+#: The columns a new memory is written with (the rest take their defaults).
+_MEMORY_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("kind", pa.string()),
+        ("content", pa.string()),
+        ("conversation_id", pa.string()),
+        ("session_id", pa.string()),
+        ("user_id", pa.string()),
+        ("agent_id", pa.string()),
+        ("source_role", pa.string()),
+        ("speaker", pa.string()),
+        ("event_time", _TS),
+        ("created_at", _TS),
+        ("confidence", pa.float64()),
+        ("importance", pa.int32()),
+        ("category", pa.string()),
+        ("decay_rate", pa.float64()),
+        ("source_ids", pa.list_(pa.string())),
+        ("tags", pa.list_(pa.string())),
+        ("attributes", pa.string()),
+        ("supersedes", pa.string()),
+    ]
+)
+_EVENT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("conversation_id", pa.string()),
+        ("node", pa.string()),
+        ("op", pa.string()),
+        ("status", pa.string()),
+        ("memory_id", pa.string()),
+        ("detail", pa.string()),
+        ("meta", pa.string()),
+        ("ts", _TS),
+    ]
+)
 
 
 class MemoryOpError(ValueError):
@@ -93,7 +136,7 @@ class MemoryWriter:
         link_top_k: int = LINK_TOP_K,
         link_min: float = LINK_MIN,
     ) -> None:
-        self.con = con
+        self._con = con
         self.provider = provider
         self.actor = actor
         self.link_top_k = link_top_k
@@ -110,6 +153,14 @@ class MemoryWriter:
         self.log_change = self._log.log_change
         self._entities = EntityLinker(con, self._count)
         self._pending_edges: list[dict[str, Any]] = []
+        self._new_memories: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any]] = []
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The connection, with the memories written so far in it (buffered ones are flushed)."""
+        self._flush_memories()
+        return self._con
 
     # ----------------------------------------------------------------- transactions
 
@@ -119,20 +170,22 @@ class MemoryWriter:
         buffered and written in bulk before COMMIT (one statement each, not one per write)."""
         if self._in_transaction:
             raise RuntimeError("MemoryWriter transactions do not nest")
-        self.con.execute("BEGIN TRANSACTION")
+        self._con.execute("BEGIN TRANSACTION")
         self._in_transaction = True
         try:
             yield self
             self._flush()
-            self.con.execute("COMMIT")
+            self._con.execute("COMMIT")
         except BaseException:
-            self.con.execute("ROLLBACK")
+            self._con.execute("ROLLBACK")
             # In-memory views may hold rows that were rolled back: load them again when needed.
             self._fact_sets.clear()
             self._vectors.reset()
             self._log.reset()
             self._entities.reset()
             self._pending_edges.clear()
+            self._new_memories.clear()
+            self._events.clear()
             raise
         finally:
             self._in_transaction = False
@@ -310,22 +363,24 @@ class MemoryWriter:
         detail: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> None:
-        """An operational event (seed 003 §14): LLM failures, consolidations, reopenings."""
-        self.con.execute(
-            "INSERT INTO events (id, conversation_id, node, op, status, memory_id, detail, "
-            "meta, ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                "evt_" + uuid.uuid4().hex[:20],
-                conversation_id,
-                node,
-                op,
-                status,
-                memory_id,
-                detail,
-                to_json(meta or {}),
-                _now(),
-            ],
+        """An operational event (seed 003 §14): LLM failures, consolidations, reopenings.
+
+        Inside a transaction it is written at commit, with the transaction's other rows."""
+        self._events.append(
+            {
+                "id": "evt_" + uuid.uuid4().hex[:20],
+                "conversation_id": conversation_id,
+                "node": node,
+                "op": op,
+                "status": status,
+                "memory_id": memory_id,
+                "detail": detail,
+                "meta": to_json(meta or {}),
+                "ts": _now(),
+            }
         )
+        if not self._in_transaction:
+            self._flush_events()
         if status == "error":
             self._count("llm_failures" if op in ("extract", "reconcile") else "errors")
 
@@ -336,35 +391,41 @@ class MemoryWriter:
     # ----------------------------------------------------------------- internals
 
     def _insert(self, memory_id: str, memory: NewMemory, supersedes: str | None = None) -> None:
-        self.con.execute(
-            """
-            INSERT INTO memories (id, kind, content, conversation_id, session_id, user_id,
-                agent_id, source_role, speaker, event_time, created_at, confidence, importance,
-                category, decay_rate, source_ids, tags, attributes, supersedes)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::TEXT[], ?::TEXT[], ?, ?)
-            """,
-            [
-                memory_id,
-                memory.kind,
-                memory.content,
-                memory.conversation_id,
-                memory.session_id,
-                memory.user_id,
-                memory.agent_id,
-                memory.source_role,
-                memory.speaker,
-                memory.event_time,
-                _now(),
-                memory.confidence,
-                memory.importance,
-                memory.category,
-                memory.decay_rate,
-                list(memory.source_ids),
-                list(memory.tags),
-                to_json(memory.attributes) if memory.attributes else None,
-                supersedes,
-            ],
+        self._new_memories.append(
+            {
+                "id": memory_id,
+                "kind": memory.kind,
+                "content": memory.content,
+                "conversation_id": memory.conversation_id,
+                "session_id": memory.session_id,
+                "user_id": memory.user_id,
+                "agent_id": memory.agent_id,
+                "source_role": memory.source_role,
+                "speaker": memory.speaker,
+                "event_time": memory.event_time,
+                "created_at": _now(),
+                "confidence": memory.confidence,
+                "importance": memory.importance,
+                "category": memory.category,
+                "decay_rate": memory.decay_rate,
+                "source_ids": list(memory.source_ids),
+                "tags": list(memory.tags),
+                "attributes": to_json(memory.attributes) if memory.attributes else None,
+                "supersedes": supersedes,
+            }
         )
+
+    def _flush_memories(self) -> None:
+        if self._new_memories:
+            rows = pa.Table.from_pylist(self._new_memories, schema=_MEMORY_SCHEMA)
+            self._new_memories = []
+            insert_arrow(self._con, "memories", rows)
+
+    def _flush_events(self) -> None:
+        if self._events:
+            rows = pa.Table.from_pylist(self._events, schema=_EVENT_SCHEMA)
+            self._events = []
+            insert_arrow(self._con, "events", rows)
 
     def _after_insert(self, memory_id: str, memory: NewMemory) -> None:
         self.link_entities([(memory_id, memory.content)])
@@ -388,11 +449,13 @@ class MemoryWriter:
                 self._fact_sets[key].remove(row["id"])
 
     def _flush(self) -> None:
+        self._flush_memories()  # first: entity links mark the new memories
+        self._flush_events()
         self._vectors.flush()
         self._log.flush()
         if self._pending_edges:
             started = time.perf_counter()
-            self._count("relations", write_edges(self.con, self._pending_edges))
+            self._count("relations", write_edges(self._con, self._pending_edges))
             self._pending_edges = []
             self.relation_seconds += time.perf_counter() - started
         self._entities.flush()
