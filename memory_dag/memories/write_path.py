@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -69,6 +70,7 @@ from memory_dag.memories.sessions import (
     sessions_due,
 )
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
+from memory_dag.parallel import process_map
 from memory_dag.reports import StageReport
 from memory_dag.store.connection import fetch_dicts, open_store
 
@@ -166,10 +168,16 @@ Extracted = tuple[list[FactCandidate], LLMError | None]
 
 
 def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracted]:
-    """Fact candidates of each turn (LLM calls run on the client's bounded thread pool)."""
+    """Fact candidates of each turn (LLM calls run on the client's bounded thread pool; the
+    rules, on many turns, in worker processes)."""
     if llm is None:
-        return [(extract_facts_rules(t.content, t.speaker, t.turn_id), None) for t in turns]
+        said = [(t.content, t.speaker, t.turn_id) for t in turns]
+        return [(candidates, None) for candidates in process_map(_extract_by_rules, said)]
     return llm.map(lambda t: extract_facts_llm(llm, t.content, t.speaker, t.turn_id), turns)
+
+
+def _extract_by_rules(said: Sequence[tuple[str, str | None, str]]) -> list[list[FactCandidate]]:
+    return [extract_facts_rules(text, speaker, turn_id) for text, speaker, turn_id in said]
 
 
 def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:

@@ -40,6 +40,7 @@ from memory_dag.config import Settings
 from memory_dag.ingest.sources import Turn, render_turn
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.ingest.watch import changed_conversations, scan_workspace
+from memory_dag.parallel import process_map
 from memory_dag.store.connection import fetch_dicts, insert_arrow, open_store, to_json
 from memory_dag.summaries.summarizer import (
     SummarizationError,
@@ -391,15 +392,29 @@ def summarize_conversations(
         gather_seconds = round((time.perf_counter() - started) / len(group), 3)
         summarized: list[tuple[ConversationInput, SummaryResult, float]] = []
         errors: list[tuple[ConversationInput, SummarizationError]] = []
+        due: list[ConversationInput] = []
         for item in gathered:
             prior = item.prior
             if not force and prior is not None and prior.source_fingerprint == item.fingerprint:
                 runs.append(_unchanged(item, prior, {"gather": gather_seconds}))
-                continue
+            else:
+                due.append(item)
+        if config.llm is None:  # sentence extraction: CPU work, shared by worker processes
+            shape = config.model_dump(include={"chunk_size", "chunk_overlap", "group_size"})
+            jobs = [
+                (item.content, item.prior.content if item.prior else None, shape) for item in due
+            ]
+            for item, (result, seconds) in zip(
+                due,
+                process_map(_extractive, jobs, min_items=PARALLEL_MIN_CONVERSATIONS),
+                strict=True,
+            ):
+                summarized.append((item, result, seconds))
+        for item in due if config.llm is not None else []:
             started = time.perf_counter()
             try:
                 result = summarize(
-                    item.content, config, prior.content if prior else None, CONTENT_TYPE
+                    item.content, config, item.prior.content if item.prior else None, CONTENT_TYPE
                 )
             except SummarizationError as error:
                 errors.append((item, error))
@@ -426,6 +441,23 @@ def summarize_conversations(
             + "; ".join(f"{conversation}: {error}" for conversation, error in failures[:5])
         )
     return runs
+
+
+#: Extractive summaries of at least this many conversations are shared by worker processes.
+PARALLEL_MIN_CONVERSATIONS = 8
+
+
+def _extractive(
+    jobs: Sequence[tuple[str, str | None, dict[str, int]]],
+) -> list[tuple[SummaryResult, float]]:
+    """Extractive summaries of (content, prior summary, chunk and group sizes), with the
+    seconds each took."""
+    results = []
+    for content, prior, shape in jobs:
+        started = time.perf_counter()
+        result = summarize(content, SummarizerConfig(**shape), prior, CONTENT_TYPE)
+        results.append((result, round(time.perf_counter() - started, 3)))
+    return results
 
 
 def _groups(settings: Settings, conversation_ids: list[str]) -> list[list[str]]:
