@@ -406,6 +406,17 @@ def _write_sessions(
             writer = MemoryWriter(con, provider, actor=ACTOR)
             opened = time.monotonic()
             with writer.transaction():
+                # One query each for what the sessions below would look up one by one.
+                remaining = due[position:]
+                writer.prefetch_facts(session.conversation_id for session in remaining)
+                writer.prefetch_vectors(
+                    [
+                        c.text
+                        for s in remaining
+                        for t in pending[s.path]
+                        for c in extracted[t.key][0]
+                    ]
+                )
                 marks: list[dict[str, Any]] = []
                 while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
                     session, turns = due[position], pending[due[position].path]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -69,8 +69,21 @@ _MEMORY_SCHEMA = pa.schema(
         ("tags", pa.list_(pa.string())),
         ("attributes", pa.string()),
         ("supersedes", pa.string()),
+        ("valid_until", _TS),
+        ("state", pa.string()),
+        ("replaced_by", pa.string()),
+        ("purge_at", _TS),
     ]
 )
+#: What `SELECT *` gives for the columns a new memory is not written with (their defaults).
+_UNWRITTEN_COLUMNS: dict[str, Any] = {
+    "turn_id": None,
+    "path": None,
+    "line": None,
+    "pinned": False,
+    "access_count": 0,
+    "last_accessed": None,
+}
 _EVENT_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -153,7 +166,7 @@ class MemoryWriter:
         self.log_change = self._log.log_change
         self._entities = EntityLinker(con, self._count)
         self._pending_edges: list[dict[str, Any]] = []
-        self._new_memories: list[dict[str, Any]] = []
+        self._new_memories: dict[str, dict[str, Any]] = {}  # id -> row, in write order
         self._events: list[dict[str, Any]] = []
 
     @property
@@ -200,6 +213,9 @@ class MemoryWriter:
     # ----------------------------------------------------------------- reading
 
     def get(self, memory_id: str) -> dict[str, Any] | None:
+        buffered = self._new_memories.get(memory_id)
+        if buffered is not None:  # written in this transaction, not flushed yet
+            return {**_UNWRITTEN_COLUMNS, **buffered}
         rows = fetch_dicts(self.con, "SELECT * FROM memories WHERE id = ?", [memory_id])
         return rows[0] if rows else None
 
@@ -215,18 +231,34 @@ class MemoryWriter:
         """Vectors of `texts`, from the embedding cache when present; new ones are cached."""
         return self._vectors.embed(texts, defer=self._in_transaction)
 
+    def prefetch_vectors(self, texts: Sequence[str]) -> None:
+        """Look these texts up in the embedding cache at once, before embedding them in parts."""
+        self._vectors.prefetch(texts)
+
     def facts(self, conversation_id: str | None) -> FactSet:
         """The active facts of a conversation (None and '' are the same: no conversation)."""
         key = conversation_id or ""
         if key not in self._fact_sets:
-            rows = self.con.execute(
-                "SELECT id, content FROM facts WHERE coalesce(conversation_id, '') = ? "
-                "ORDER BY created_at, id",
-                [key],
-            ).fetchall()
-            texts = [row[1] for row in rows]
-            self._fact_sets[key] = FactSet([row[0] for row in rows], texts, self.embed(texts))
+            self.prefetch_facts([key])
         return self._fact_sets[key]
+
+    def prefetch_facts(self, conversation_ids: Iterable[str | None]) -> None:
+        """Load the active facts of these conversations with one query (see `facts`)."""
+        keys = sorted({c or "" for c in conversation_ids} - self._fact_sets.keys())
+        if not keys:
+            return
+        found: dict[str, list[tuple[str, str]]] = {key: [] for key in keys}
+        for key, memory_id, content in self.con.execute(
+            "SELECT coalesce(conversation_id, ''), id, content FROM facts "
+            "WHERE coalesce(conversation_id, '') IN (SELECT unnest(?::TEXT[])) "
+            "ORDER BY created_at, id",
+            [keys],
+        ).fetchall():
+            found[key].append((memory_id, content))
+        self._vectors.prefetch([content for rows in found.values() for _, content in rows])
+        for key, rows in found.items():  # embedded per conversation, as they always were
+            texts = [content for _, content in rows]
+            self._fact_sets[key] = FactSet([i for i, _ in rows], texts, self.embed(texts))
 
     # ----------------------------------------------------------------- writes
 
@@ -258,11 +290,13 @@ class MemoryWriter:
         self._require_transaction()
         old = self.active(old_id)
         memory_id = memory_id or new_memory_id(memory.kind)
-        self.con.execute(
-            "UPDATE memories SET valid_until = ?, state = 'soft_deleted', replaced_by = ? "
-            "WHERE id = ?",
-            [_now(), memory_id, old_id],
-        )
+        changes = {"valid_until": _now(), "state": "soft_deleted", "replaced_by": memory_id}
+        if not self._change_buffered(old_id, changes):
+            self.con.execute(
+                "UPDATE memories SET valid_until = ?, state = 'soft_deleted', replaced_by = ? "
+                "WHERE id = ?",
+                [changes["valid_until"], memory_id, old_id],
+            )
         self._forget_fact(old)
         self._insert(memory_id, memory, supersedes=old_id)
         details = {"old_text": old["content"], "new_text": memory.content, **(meta or {})}
@@ -289,11 +323,13 @@ class MemoryWriter:
         old = self.active(memory_id)
         now = _now()
         purge_at = now + timedelta(days=purge_after_days) if purge_after_days else None
-        self.con.execute(
-            "UPDATE memories SET valid_until = ?, state = 'soft_deleted', purge_at = ? "
-            "WHERE id = ?",
-            [now, purge_at, memory_id],
-        )
+        changes = {"valid_until": now, "state": "soft_deleted", "purge_at": purge_at}
+        if not self._change_buffered(memory_id, changes):
+            self.con.execute(
+                "UPDATE memories SET valid_until = ?, state = 'soft_deleted', purge_at = ? "
+                "WHERE id = ?",
+                [now, purge_at, memory_id],
+            )
         self._forget_fact(old)
         details = {"text": old["content"], **(meta or {})}
         self.history(memory_id, event, old_ref=memory_id, new_ref=new_ref, meta=details)
@@ -391,34 +427,44 @@ class MemoryWriter:
     # ----------------------------------------------------------------- internals
 
     def _insert(self, memory_id: str, memory: NewMemory, supersedes: str | None = None) -> None:
-        self._new_memories.append(
-            {
-                "id": memory_id,
-                "kind": memory.kind,
-                "content": memory.content,
-                "conversation_id": memory.conversation_id,
-                "session_id": memory.session_id,
-                "user_id": memory.user_id,
-                "agent_id": memory.agent_id,
-                "source_role": memory.source_role,
-                "speaker": memory.speaker,
-                "event_time": memory.event_time,
-                "created_at": _now(),
-                "confidence": memory.confidence,
-                "importance": memory.importance,
-                "category": memory.category,
-                "decay_rate": memory.decay_rate,
-                "source_ids": list(memory.source_ids),
-                "tags": list(memory.tags),
-                "attributes": to_json(memory.attributes) if memory.attributes else None,
-                "supersedes": supersedes,
-            }
-        )
+        self._new_memories[memory_id] = {
+            "id": memory_id,
+            "kind": memory.kind,
+            "content": memory.content,
+            "conversation_id": memory.conversation_id,
+            "session_id": memory.session_id,
+            "user_id": memory.user_id,
+            "agent_id": memory.agent_id,
+            "source_role": memory.source_role,
+            "speaker": memory.speaker,
+            "event_time": memory.event_time,
+            "created_at": _now(),
+            "confidence": memory.confidence,
+            "importance": memory.importance,
+            "category": memory.category,
+            "decay_rate": memory.decay_rate,
+            "source_ids": list(memory.source_ids),
+            "tags": list(memory.tags),
+            "attributes": to_json(memory.attributes) if memory.attributes else None,
+            "supersedes": supersedes,
+            "valid_until": None,
+            "state": "active",
+            "replaced_by": None,
+            "purge_at": None,
+        }
+
+    def _change_buffered(self, memory_id: str, changes: dict[str, Any]) -> bool:
+        """Apply `changes` to a memory written in this transaction but not flushed yet, in the
+        buffer (instead of an UPDATE, which would flush it first); False when it is not there."""
+        row = self._new_memories.get(memory_id)
+        if row is not None:
+            row.update(changes)
+        return row is not None
 
     def _flush_memories(self) -> None:
         if self._new_memories:
-            rows = pa.Table.from_pylist(self._new_memories, schema=_MEMORY_SCHEMA)
-            self._new_memories = []
+            rows = pa.Table.from_pylist(list(self._new_memories.values()), schema=_MEMORY_SCHEMA)
+            self._new_memories = {}
             insert_arrow(self._con, "memories", rows)
 
     def _flush_events(self) -> None:
