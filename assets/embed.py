@@ -19,7 +19,7 @@ def chunk_embeddings(
     context: dg.AssetExecutionContext, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:
     """One vector per distinct chunk text and model, in `embedding_cache`."""
-    report = embed_chunks(memory.settings(), progress=memory.progress)
+    report = embed_chunks(memory.settings())
     return materialize_result(context, report, echo=memory.progress)
 
 

@@ -9,7 +9,7 @@ import dagster as dg
 from memory_dag.reports import StageReport
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
+def _markdown_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "_(no rows)_"
     columns = list(rows[0])
@@ -27,9 +27,15 @@ def report_metadata(report: StageReport) -> dict[str, Any]:
     if report.notes:
         metadata["notes"] = dg.MetadataValue.text("\n".join(report.notes))
     if report.preview:
-        metadata["preview"] = dg.MetadataValue.md(markdown_table(report.preview))
+        metadata["preview"] = dg.MetadataValue.md(_markdown_table(report.preview))
+    if report.conversations:
+        shown = ", ".join(report.conversations[:50])
+        more = len(report.conversations) - 50
+        metadata["recomputed_conversations"] = dg.MetadataValue.text(
+            shown + (f" … and {more} more" if more > 0 else "")
+        )
     if report.errors:
-        metadata["error_details"] = dg.MetadataValue.md(markdown_table(report.errors[:50]))
+        metadata["error_details"] = dg.MetadataValue.md(_markdown_table(report.errors[:50]))
     return metadata
 
 

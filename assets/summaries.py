@@ -4,22 +4,27 @@ Partitions are added by the sensors as conversations appear. One step summarizes
 partition of its run (`BackfillPolicy.single_run()`): an ingest run asks only for the
 conversations whose files changed, a backfill of many conversations is one step, and a run
 without partitions (a schedule's) brings every conversation up to date. The work is
-`memory_dag.summaries.conversation_summaries.summarize_conversations`, which skips
+`memory_dag.summaries.refresh.summarize_conversations`, which skips
 conversations whose input has not changed; a summarizer failure fails the run, is recorded
 in `events`, and leaves that conversation's previous summary active.
 """
 
+import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from assets.embed import chunk_embeddings
 from assets.index import SEARCH_INDEX
 from assets.ingest import workspace_files
-from assets.metadata import markdown_table
+from assets.metadata import log_report, report_metadata
 from assets.resources import MemoryStoreResource
 from memory_dag.store.connection import StoreLockedError
+
+if TYPE_CHECKING:  # the summarizer pulls in the LLM client, which the code server never needs
+    from memory_dag.reports import StageReport
+    from memory_dag.summaries.conversation_summaries import SummaryRun
 
 conversations = dg.DynamicPartitionsDefinition(name="conversations")
 
@@ -48,48 +53,27 @@ def conversation_summaries(
     context: dg.AssetExecutionContext, config: SummaryConfig, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:
     """The adaptive summary tree (NONE … HIERARCHICAL) of each conversation of the run."""
-    # Imported here: the summarizer pulls in the LLM client, which the code server never needs.
-    from memory_dag.summaries.conversation_summaries import summarize_conversations
+    from memory_dag.summaries.refresh import summarize_conversations, summary_report
 
     partitioned = context.has_partition_key or context.has_partition_key_range
     keys = list(context.partition_keys) if partitioned else None
+    started = time.perf_counter()
     try:
         runs = summarize_conversations(memory.settings(), keys, force=config.force)
     except StoreLockedError as error:  # another process writes the file: try again later
         raise dg.RetryRequested(max_retries=3, seconds_to_wait=30) from error
-    for run in runs:
-        if run.status != "unchanged":
-            context.log.info(run.line())
-    return dg.MaterializeResult(metadata=summary_metadata(runs))
+    report = summary_report(runs, time.perf_counter() - started)
+    log_report(context, report, echo=memory.progress)
+    return dg.MaterializeResult(metadata=summary_metadata(report, runs))
 
 
-def summary_metadata(runs: list[Any]) -> dict[str, Any]:
-    """Counts and seconds of a step's summaries; the details of each one written (and of the
-    conversation itself when the step had one)."""
-    statuses = [run.status for run in runs]
-    metadata: dict[str, Any] = {
-        "conversations": dg.MetadataValue.int(len(runs)),
-        "summarized": dg.MetadataValue.int(statuses.count("written")),
-        "unchanged": dg.MetadataValue.int(statuses.count("unchanged")),
-        "too_short": dg.MetadataValue.int(statuses.count("none")),
-    }
+def summary_metadata(report: "StageReport", runs: "list[SummaryRun]") -> dict[str, Any]:
+    """The stage's counts and what it summarized again, each step's seconds, and the details
+    of the conversation when the step had one (a re-run of it from the UI)."""
+    metadata = report_metadata(report)
     for step in ("gather", "summarize", "write"):
         seconds = sum(run.seconds.get(step, 0.0) for run in runs)
         metadata[f"{step}_seconds"] = dg.MetadataValue.float(round(seconds, 3))
-    changed = [run for run in runs if run.status != "unchanged"]
-    if changed:
-        rows = [
-            {
-                "conversation": run.conversation_id,
-                "status": run.status,
-                "level": run.level.value,
-                "input_tokens": run.input_tokens,
-                "output_tokens": run.output_tokens,
-                "ratio": round(run.compression_ratio, 4),
-            }
-            for run in changed[:100]
-        ]
-        metadata["recomputed"] = dg.MetadataValue.md(markdown_table(rows))
     if len(runs) == 1:
         [run] = runs
         metadata.update(

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
     from assets.jobs import PIPELINE_ASSETS, ingest_run
     from assets.resources import MemoryStoreResource
     from assets.summaries import conversations as PARTITIONS
-    from memory_dag.summaries.conversation_summaries import conversations_due
+    from memory_dag.progress import show_progress
+    from memory_dag.summaries.refresh import conversations_due
 
     resource = MemoryStoreResource(
         workspace=str(settings.workspace),
@@ -117,15 +119,16 @@ def _ingest_with_dagster(settings: Settings, *, force: bool, progress: bool) -> 
     run = ingest_run(instance.get_dynamic_partitions(PARTITIONS.name), conversations_due(settings))
     if run.new_partitions:
         instance.add_dynamic_partitions(PARTITIONS.name, run.new_partitions)
-    result = dg.materialize(
-        [*PIPELINE_ASSETS, *INGEST_CHECKS],
-        selection=run.asset_selection,
-        tags=run.tags,
-        resources={"memory": resource},
-        instance=instance,
-        run_config=run_config,
-        raise_on_error=True,
-    )
+    with show_progress() if progress else nullcontext():
+        result = dg.materialize(
+            [*PIPELINE_ASSETS, *INGEST_CHECKS],
+            selection=run.asset_selection,
+            tags=run.tags,
+            resources={"memory": resource},
+            instance=instance,
+            run_config=run_config,
+            raise_on_error=True,
+        )
     stages: dict[str, Any] = {}
     for event in result.get_asset_materialization_events():
         materialization = event.materialization

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memory_dag import progress
 from memory_dag.config import Settings
 from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.embed.providers import get_provider
@@ -36,6 +37,7 @@ from memory_dag.store.connection import (
 # Stage 4: chunks + embeddings → published FAISS + BM25 index
 
 
+@progress.tracked("search_index")
 def build_search_index(settings: Settings, *, force: bool = False) -> StageReport:
     """Publish a new index version when chunks or the model changed since the live one."""
     report = StageReport("search_index")
@@ -123,6 +125,7 @@ def _arrow_to_vectors(column: pa.ChunkedArray, dims: int) -> np.ndarray:
 # Stage 5: DuckDB full-text index over chunks, for people who query with SQL
 
 
+@progress.tracked("chunks_fts")
 def build_fts_index(settings: Settings, *, force: bool = False) -> StageReport:
     """(Re)build DuckDB's FTS index on `chunks` so `fts_main_chunks.match_bm25` works in SQL."""
     report = StageReport("chunks_fts")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from memory_dag import progress
 from memory_dag.config import Settings
 from memory_dag.ingest.chunk_rows import TURN_COLUMNS, note_chunk_rows, transcript_chunk_rows
 from memory_dag.reports import PREVIEW_ROWS, StageReport, StageTimer
@@ -24,6 +25,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@progress.tracked("chunks")
 def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
     """(Re)chunk every file whose content changed since its chunks were made."""
     report = StageReport("chunks")

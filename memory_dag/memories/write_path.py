@@ -22,8 +22,9 @@ episode id of its turn. Sessions are written in all-or-nothing batches, so a cra
 pending; extraction runs before the store is opened, so its LLM latency does not hold DuckDB's
 write lock (reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
 
-Kept as one module (~530 lines): one consolidation, read -> extract -> reconcile -> write per
-batch of sessions; the sessions themselves are in `sessions.py`.
+Kept as one module (~580 lines): one consolidation, read -> extract -> reconcile -> write per
+batch of sessions, and the entity links of new memories; the sessions themselves are in
+`sessions.py`.
 """
 
 from __future__ import annotations
@@ -37,13 +38,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from memory_dag import progress
 from memory_dag.config import Settings
-from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.embed.providers import get_provider
 from memory_dag.ids import text_hash
-from memory_dag.index.build import build_fts_index, build_search_index
-from memory_dag.ingest.chunks import build_chunks
-from memory_dag.ingest.files import sync_files
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
 from memory_dag.memories.fact_rules import extract_facts_rules
 from memory_dag.memories.facts import (
@@ -323,6 +321,7 @@ def fact_memory(turn: UserTurn, text: str, candidate: FactCandidate | None) -> N
     )
 
 
+@progress.tracked("facts")
 def consolidate(
     settings: Settings, *, include_open: bool = False, llm: LLMClient | None = None
 ) -> WriteReport:
@@ -343,6 +342,7 @@ def consolidate(
             counts["sessions_reopened"] = len(reopen_changed_sessions(writer))
         sessions = load_sessions(con)
         due = sessions_due(sessions, include_open)
+        progress.set_total(len(due), "sessions")
         pending = _pending_turns(con, due)
 
     mark = time.perf_counter()
@@ -367,6 +367,7 @@ def consolidate(
             [written, PREVIEW_ROWS],
         )
     report.counts = counts
+    report.conversations = sorted({s.conversation_id or "" for s in due})
     report.timings = {key: round(value, 3) for key, value in timings.items()}
     if counts["relations"]:
         ms_per_edge = 1000 * timings["relations"] / counts["relations"]
@@ -428,6 +429,7 @@ def _write_sessions(
                         session_writer.turn(turn, *extracted[turn.key])
                     marks.append(_mark_consolidated(writer, session, turns, session_writer, method))
                     counts["sessions_consolidated"] += 1
+                    progress.advance()
                     timings["reconcile"] += session_writer.timings["reconcile"]
                     timings["write"] += session_writer.timings["write"]
                     written.extend(session_writer.written)
@@ -503,6 +505,7 @@ def _write_marks(writer: MemoryWriter, marks: list[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- entities
 
 
+@progress.tracked("entities")
 def link_pending_entities(
     settings: Settings, kinds: tuple[str, ...] = ("episode", "fact")
 ) -> StageReport:
@@ -517,14 +520,17 @@ def link_pending_entities(
     with open_store(settings.db_path) as con:
         writer = MemoryWriter(con, get_provider(settings), actor=ACTOR)
         pending = con.execute(
-            "SELECT id, content FROM memories WHERE kind IN (SELECT unnest(?::TEXT[])) "
+            "SELECT id, content, conversation_id FROM memories "
+            "WHERE kind IN (SELECT unnest(?::TEXT[])) "
             "AND json_extract_string(attributes, '$.entities_at') IS NULL "
             "ORDER BY coalesce(event_time, created_at), id",
             [list(kinds)],
         ).fetchall()
+        progress.set_total(len(pending), "memories")
         with writer.transaction():
             orphans = _drop_orphan_links(con)
             writer.link_entities([(row[0], row[1]) for row in pending])
+        progress.advance(len(pending))
         totals = con.execute(
             "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM memory_entities)"
         ).fetchone()
@@ -534,6 +540,7 @@ def link_pending_entities(
             "ORDER BY mention_count DESC, canonical_name LIMIT ?",
             [PREVIEW_ROWS],
         )
+    report.conversations = sorted({row[2] or "" for row in pending})
     report.counts = {
         "memories_linked": len(pending),
         "entities_created": writer.counts.get("entities_created", 0),
@@ -558,21 +565,3 @@ def _drop_orphan_links(con: Any) -> int:
         "DELETE FROM memory_entities WHERE memory_id NOT IN (SELECT id FROM memories)"
     ).fetchone()
     return int(row[0]) if row else 0
-
-
-# --------------------------------------------------------------------------- whole runs
-
-
-def run_all(
-    settings: Settings, *, include_open: bool = False, llm: LLMClient | None = None
-) -> list[StageReport]:
-    """Ingest, consolidate, link entities, embed and index, in this process (no Dagster)."""
-    return [
-        sync_files(settings),
-        build_chunks(settings),
-        consolidate(settings, include_open=include_open, llm=llm),
-        link_pending_entities(settings),
-        embed_chunks(settings),
-        build_search_index(settings),
-        build_fts_index(settings),
-    ]

@@ -13,7 +13,8 @@ import pytest
 from memory_dag.config import Settings
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT
 from memory_dag.memories.sessions import scan_sessions, sessions_fingerprint
-from memory_dag.memories.write_path import WriteReport, run_all
+from memory_dag.memories.write_path import WriteReport
+from memory_dag.pipeline import run_all
 from memory_dag.store.connection import fetch_dicts, open_store
 from tests.conftest import write_jsonl
 from tests.openai_server import Reply, ScriptedOpenAIServer

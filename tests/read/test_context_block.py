@@ -12,7 +12,7 @@ import pytest
 from memory_dag.cli.main import main
 from memory_dag.config import Settings
 from memory_dag.ingest.tokens import count_tokens
-from memory_dag.pipeline import run_all
+from memory_dag.pipeline import run_first_stages
 from memory_dag.read.context_block import build_context, injection_hook
 from memory_dag.read.retriever import RetrievalConfig
 from memory_dag.store.connection import open_store
@@ -53,7 +53,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     settings = Settings(
         workspace=root / "workspace", db_path=root / "memory.duckdb", index_dir=root / "index"
     )
-    run_all(settings)
+    run_first_stages(settings)
     add_memories(
         settings,
         [
@@ -82,7 +82,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
                 [f"c{rev}", rev, memory_id, event, NOW + timedelta(minutes=rev)],
             )
         con.execute("INSERT INTO conversation_revisions VALUES ('conv-a', 5)")
-    run_all(settings)
+    run_first_stages(settings)
     return settings
 
 
