@@ -14,7 +14,6 @@ they recomputed.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -32,7 +31,7 @@ RECOMPUTED_ASSETS = ("facts", "entities", "conversation_summaries")
 def measure(
     workspace: Path, store: Path, names: dict[str, tuple[str, str]], target: str, home: Path
 ) -> dict[str, Any]:
-    from whole_graph import load, measured, memory_dag_command, new_session
+    from whole_graph import load, measured, memory_dag_command, new_session  # the driver
 
     env = {
         **os.environ,
@@ -75,23 +74,15 @@ def measure(
     }
 
 
-def _instance(home: Path) -> Any:
-    import dagster as dg
-
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per instance opened
-    from dagster._core.instance.ref import InstanceRef
-
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
-
-
 def _wait_for_quiet(home: Path, minimum_runs: int) -> int:
     """Until at least `minimum_runs` runs exist and none is queued or running for 6 s."""
     import dagster as dg
+    from whole_graph import open_instance
 
     deadline = time.monotonic() + TIMEOUT
     quiet_since = None
     while time.monotonic() < deadline:
-        with _instance(home) as instance:
+        with open_instance(home) as instance:
             runs = instance.get_runs()
         busy = [r for r in runs if not r.is_finished]
         if len(runs) >= minimum_runs and not busy:
@@ -131,8 +122,10 @@ def _wait_until_searchable(store: Path, conversation: str, marker: str, since: f
 
 def _runs_since(home: Path, since: float) -> list[dict[str, Any]]:
     """The runs created after `since`: their job, partitions, seconds and what they redid."""
+    from whole_graph import open_instance
+
     out = []
-    with _instance(home) as instance:
+    with open_instance(home) as instance:
         for record in instance.get_run_records():
             if record.create_timestamp.timestamp() < since:
                 continue

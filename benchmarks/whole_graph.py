@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -152,12 +153,18 @@ def asset_seconds(stages: dict[str, Any]) -> dict[str, float]:
     return seconds
 
 
-def step_seconds(home: Path) -> dict[str, float]:
-    """Seconds of each step of the instance's last run, from Dagster's own events."""
+def open_instance(home: Path) -> Any:
+    """The Dagster instance in `home` (quietly: it logs a line per storage it opens)."""
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
 
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+
+
+def step_seconds(home: Path) -> dict[str, float]:
+    """Seconds of each step of the instance's last run, from Dagster's own events."""
+    with open_instance(home) as instance:
         [run] = instance.get_runs(limit=1)
         starts: dict[str, float] = {}
         steps: dict[str, float] = {}
