@@ -110,10 +110,18 @@ def test_the_wheel_outside_the_checkout_builds_the_same_store(
     """The package from a wheel, in a fresh venv run outside the checkout: no Dagster layer
     there, so `memory-dag ingest` runs the library pipeline. (The venv reuses this one's
     dependencies through a path file, so the test needs no network.)"""
+    source = tmp_path / "source"  # a copy: building writes build/ beside the sources
+    shutil.copytree(
+        REPO_ROOT / "memory_dag",
+        source / "memory_dag",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
     wheels = tmp_path / "wheels"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-        + ["-w", str(wheels), str(REPO_ROOT)],
+        + ["-w", str(wheels), str(source)],
         check=True,
         cwd=tmp_path,
     )
