@@ -70,7 +70,7 @@ from memory_dag.memories.sessions import (
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
 from memory_dag.parallel import process_map
 from memory_dag.reports import StageReport
-from memory_dag.store.connection import fetch_dicts, open_store
+from memory_dag.store.connection import fetch_dicts, open_store, registered
 
 ACTOR = "write_path"
 NEIGHBOURS_BY_VECTOR = 5
@@ -491,15 +491,12 @@ def _write_marks(writer: MemoryWriter, marks: list[dict[str, Any]]) -> None:
     if not marks:
         return
     con = writer.con
-    con.register("_marks", pa.Table.from_pylist(marks, schema=_MARK_SCHEMA))
-    try:
+    with registered(con, "_marks", pa.Table.from_pylist(marks, schema=_MARK_SCHEMA)):
         con.execute(
             "UPDATE sessions_consolidations SET consolidated_at = m.at, "
             "facts_written = coalesce(facts_written, 0) + m.written, method = m.method "
             "FROM _marks m WHERE sessions_consolidations.path = m.path"
         )
-    finally:
-        con.unregister("_marks")
 
 
 # --------------------------------------------------------------------------- entities

@@ -122,13 +122,21 @@ def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> 
     """Bulk insert through Arrow (DuckDB's executemany is ~1,000x slower)."""
     if rows.num_rows == 0:
         return 0
-    con.register("_incoming", rows)
-    try:
+    with registered(con, "_incoming", rows):
         columns = ", ".join(rows.column_names)
         con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _incoming")
-    finally:
-        con.unregister("_incoming")
     return rows.num_rows
+
+
+@contextmanager
+def registered(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> Iterator[None]:
+    """`rows` readable as the view `name` inside the block (an `UPDATE ... FROM name` of many
+    rows in one statement)."""
+    con.register(name, rows)
+    try:
+        yield
+    finally:
+        con.unregister(name)
 
 
 def fetch_arrow(

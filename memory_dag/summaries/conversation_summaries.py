@@ -38,7 +38,13 @@ from pydantic import BaseModel
 from memory_dag.config import Settings
 from memory_dag.ingest.sources import Turn, render_turn
 from memory_dag.ingest.tokens import count_tokens
-from memory_dag.store.connection import fetch_dicts, insert_arrow, open_store, to_json
+from memory_dag.store.connection import (
+    fetch_dicts,
+    insert_arrow,
+    open_store,
+    registered,
+    to_json,
+)
 from memory_dag.summaries.summarizer import (
     SummarizerConfig,
     SummaryLevel,
@@ -360,8 +366,7 @@ def write_summaries(
             }
             for node_id, content, attributes in nodes
         ]
-    con.register("_retiring", pa.Table.from_pylist(retiring, schema=_RETIRING_SCHEMA))
-    try:
+    with registered(con, "_retiring", pa.Table.from_pylist(retiring, schema=_RETIRING_SCHEMA)):
         con.execute(
             "UPDATE memories SET id = id || '#g' || "
             "coalesce(CAST(json_extract(attributes, '$.generation') AS INTEGER), 0), "
@@ -371,8 +376,6 @@ def write_summaries(
             "AND memories.valid_until IS NULL AND memories.state = 'active'",
             [now],
         )
-    finally:
-        con.unregister("_retiring")
     insert_arrow(con, "memories", pa.Table.from_pylist(rows, schema=_SUMMARY_SCHEMA))
     return written
 

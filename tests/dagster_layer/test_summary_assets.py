@@ -175,6 +175,24 @@ def test_the_workspace_sensor_adds_partitions_and_asks_for_the_changed_conversat
         assert summarized_range(fourth) == ("conv-a", "conv-0")
 
 
+def run_range(
+    job: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    resources: dict[str, object],
+    first: str,
+    last: str,
+) -> dg.ExecuteInProcessResult:
+    """A run of `job` over the partitions first..last, as the sensors ask for one."""
+    return job.execute_in_process(
+        instance=instance,
+        resources=resources,
+        tags={
+            "dagster/asset_partition_range_start": first,
+            "dagster/asset_partition_range_end": last,
+        },
+    )
+
+
 def test_an_ingest_run_summarizes_its_conversations_in_one_step_and_indexes_them(
     settings: Settings,
 ) -> None:
@@ -182,14 +200,7 @@ def test_an_ingest_run_summarizes_its_conversations_in_one_step_and_indexes_them
     job = defs.resolve_job_def("ingest_job")
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(conversations.name, ["conv-a", "conv-b", "trip"])
-        result = job.execute_in_process(
-            instance=instance,
-            resources=resources,
-            tags={
-                "dagster/asset_partition_range_start": "conv-a",
-                "dagster/asset_partition_range_end": "trip",
-            },
-        )
+        result = run_range(job, instance, resources, "conv-a", "trip")
         assert result.success
         steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
         assert "conversation_summaries" in steps  # one step for the three partitions
@@ -207,14 +218,7 @@ def test_an_ingest_run_summarizes_its_conversations_in_one_step_and_indexes_them
         context = dg.build_sensor_context(instance=instance, definitions=defs)
         assert summaries_indexed_sensor.evaluate_tick(context).run_requests == []
 
-        again = job.execute_in_process(
-            instance=instance,
-            resources=resources,
-            tags={
-                "dagster/asset_partition_range_start": "conv-b",
-                "dagster/asset_partition_range_end": "conv-b",
-            },
-        )
+        again = run_range(job, instance, resources, "conv-b", "conv-b")
         [summary] = [
             e
             for e in again.get_asset_materialization_events()
