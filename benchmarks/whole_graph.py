@@ -26,6 +26,9 @@ time minus the library's seconds. At `--sensor-size` the sensor path is measured
 Dagster daemon running: a new session file → searchable, and what that run recomputed. Then
 recall@10 of each system on `--data` (LoCoMo dev), and PNG plots (throughput and search
 latency against corpus size, one line per system) into `--plots`.
+
+Kept as one script (~520 lines): the runs, their medians, the table and the plots share one
+record layout.
 """
 
 from __future__ import annotations
@@ -80,16 +83,18 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
-    peak = 0
+    peak, peak_at = 0, 0.0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, peak_at
         while not done.is_set():
             try:
                 root = psutil.Process(process.pid)
                 tree = [root, *root.children(recursive=True)]
-                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+                rss = sum(p.memory_info().rss for p in tree if p.is_running())
+                if rss > peak:
+                    peak, peak_at = rss, time.time()
             except psutil.Error:
                 pass
             done.wait(0.1)
@@ -104,7 +109,13 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
         raise RuntimeError(f"{' '.join(command[:4])} failed:\n{err[-3000:]}")
     lines = [line for line in out.splitlines() if line.strip()]
     result = json.loads(out[out.index("{") :]) if command[-1] == "--json" else json.loads(lines[-1])
-    return {"seconds": seconds, "rss_gb": peak / 1e9, "load": before, "result": result}
+    return {
+        "seconds": seconds,
+        "rss_gb": peak / 1e9,
+        "peak_at": peak_at,
+        "load": before,
+        "result": result,
+    }
 
 
 def memory_dag_command(workspace: Path, store: Path) -> list[str]:
@@ -133,7 +144,11 @@ def ingest(system: str, workspace: Path, store: Path, home: Path) -> dict[str, A
         env = {**os.environ, "DAGSTER_HOME": str(home)}
         run = measured(memory_dag_command(workspace, store), env)
         run["assets"] = asset_seconds(run["result"]["stages"])
-        run["steps"] = step_seconds(home)
+        run["steps"], spans = step_seconds(home)
+        run["peak_step"] = next(
+            (step for step, (start, end) in spans.items() if start <= run["peak_at"] <= end),
+            "between steps",
+        )
         library = sum(run["assets"].values())
         run["orchestration"] = run["seconds"] - library
         return run
@@ -162,12 +177,13 @@ def open_instance(home: Path) -> Any:
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
 
 
-def step_seconds(home: Path) -> dict[str, float]:
-    """Seconds of each step of the instance's last run, from Dagster's own events."""
+def step_seconds(home: Path) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """Seconds of each step of the instance's last run, from Dagster's own events, and each
+    step's (start, end) time."""
     with open_instance(home) as instance:
         [run] = instance.get_runs(limit=1)
         starts: dict[str, float] = {}
-        steps: dict[str, float] = {}
+        spans: dict[str, tuple[float, float]] = {}
         for entry in instance.all_logs(run.run_id):
             event = entry.dagster_event
             if event is None or event.step_key is None:
@@ -175,11 +191,12 @@ def step_seconds(home: Path) -> dict[str, float]:
             if event.event_type_value == "STEP_START":
                 starts[event.step_key] = entry.timestamp
             elif event.event_type_value == "STEP_SUCCESS":
-                steps[event.step_key] = entry.timestamp - starts.get(event.step_key, 0.0)
+                spans[event.step_key] = (starts.get(event.step_key, 0.0), entry.timestamp)
+        steps = {key: round(end - start, 3) for key, (start, end) in spans.items()}
         record = instance.get_run_record_by_id(run.run_id)
         if record is not None and record.start_time and record.end_time:
-            steps["(run)"] = record.end_time - record.start_time
-    return {key: round(value, 3) for key, value in steps.items()}
+            steps["(run)"] = round(record.end_time - record.start_time, 3)
+    return steps, spans
 
 
 def search(system: str, store: Path, queries: Path) -> dict[str, Any]:
@@ -326,6 +343,7 @@ def summarize(size: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any
             row["orchestration_s"] = median([r["cold"]["orchestration"] for r in records])
             row["again_run_s"] = median([r["again"]["steps"].get("(run)", 0) for r in records])
             row["one_session_recomputed"] = records[-1]["one_session"]["result"]["stages"]
+            row["peak_step"] = records[-1]["cold"]["peak_step"]
         out["systems"][system] = row
     return out
 
@@ -375,7 +393,8 @@ def print_size(summary: dict[str, Any]) -> None:
             f"  memory-dag: end to end {base['ingest_s']:.1f} s = library {library:.1f} s + "
             f"orchestration {base['orchestration_s']:.1f} s ({share:.0f}%: process start, "
             f"imports, the run's set-up and events, checks); nothing-changed run "
-            f"{base['again_s']:.2f} s end to end ({base['again_run_s']:.2f} s of it the run)"
+            f"{base['again_s']:.2f} s end to end ({base['again_run_s']:.2f} s of it the run); "
+            f"peak RSS {base['rss_gb']:.2f} GB, during {base['peak_step']}"
         )
 
 

@@ -9,6 +9,7 @@ published index (see `index_files.py`), so it never waits on a running pipeline.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,10 @@ import duckdb
 import pyarrow as pa
 
 from memory_dag.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+#: DuckDB's memory for one process's store connections; beyond it, large queries and the FTS
+#: build spill to disk (`<store>.tmp/`). `MEMORY_DAG_DUCKDB_MEMORY_LIMIT` overrides it.
+DUCKDB_MEMORY_LIMIT = os.environ.get("MEMORY_DAG_DUCKDB_MEMORY_LIMIT", "2GB")
 
 
 class StoreLockedError(RuntimeError):
@@ -60,6 +65,8 @@ def connect(
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+    # DuckDB would take up to 80% of the machine's memory before spilling to disk.
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
     if not read_only:
         migrate(con)
     return con
