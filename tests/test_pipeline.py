@@ -120,7 +120,7 @@ def test_a_failed_fts_build_still_publishes_the_search_index(
     build_chunks(settings)
     embed_chunks(settings)
 
-    def broken_fts(settings: Settings, *, force: bool = False) -> None:
+    def broken_fts(settings: Settings, *, force: bool = False, background: bool = False) -> None:
         raise RuntimeError("no FTS extension here")
 
     monkeypatch.setattr(build, "build_fts_index", broken_fts)
