@@ -207,7 +207,6 @@ def _extract_by_rules(
     return results
 
 
-
 def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:
     """Active facts to reconcile against: nearest by cosine plus most word overlap."""
     chosen: dict[int, None] = {}
