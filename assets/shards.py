@@ -1,24 +1,25 @@
 """The asset graph of a sharded store (MEMORY_DAG_SHARDS > 1): the same assets, partitioned.
 
 With one shard nothing here is used: `memory_dag/definitions.py` keeps today's graph. With N
-shards the ingest, write-path, index, maintenance and read assets get a
-`StaticPartitionsDefinition` of the shards (`shard-00` …); the resource `ShardedMemoryStore`
-reads the run's partition and hands every asset that shard's settings, so no asset changes.
-Summaries keep their partition per conversation and run in the conversation's shard.
+shards every asset gets a `StaticPartitionsDefinition` of the shards (`shard-00` …), in place
+of the summaries' partition per conversation; the resource `ShardedMemoryStore` reads the
+run's partition and hands every asset that shard's settings, so no asset changes. A shard's
+ingest run summarizes the shard's conversations whose input changed (the summaries step of a
+run without conversation partitions), so summaries work inside a shard as before.
 
 One writer per shard, many shards at once: every run carries the tag `memory-dag/shard`, and
 the instance's run queue allows one run per value of it (`tag_concurrency_limits` with
 `applyLimitPerUniqueValue`, deploy/local/dagster.yaml). Dagster's pools are fixed per step
 definition, not per partition, so the `duckdb` pool cannot be per shard: the sharded instance
 sets its limit to the number of workers and the per-shard tag limit keeps one writer a shard.
-Schedules fan out one run per shard; the shard sensor routes the workspace and asks for a run
-of each shard whose files changed.
+Schedules fan out one run per shard; the shard sensor, which replaces the single store's
+sensors, routes the workspace and asks for a run of each shard whose files changed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,16 +33,15 @@ from memory_dag.config import Settings
 from memory_dag.ingest.watch import scan_workspace, state_fingerprint
 from memory_dag.store.shards import (
     SHARD_TAG,
-    read_routes,
-    route_key,
     shard_count,
     shard_key,
     shard_number,
-    shard_of,
     shard_settings,
 )
 
 PARTITION_TAG = "dagster/partition"
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def shard_partitions(shards: int) -> dg.StaticPartitionsDefinition:
@@ -51,52 +51,59 @@ def shard_partitions(shards: int) -> dg.StaticPartitionsDefinition:
 class ShardedMemoryStore(MemoryStoreResource):
     """`MemoryStoreResource` whose settings are those of the run's shard.
 
-    The shard comes from the run's partition: a shard key (`shard-03`), or a conversation
-    (summaries), routed by `routes.json`. Outside a run (sensors), the whole store's settings.
+    The shard comes from the run's partition (`shard-03`). Outside a run (sensors), the whole
+    store's settings. A run over a range of shards is refused: one run, one writer, one shard.
     """
 
     _partition: str | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         run = context.dagster_run
-        self._partition = run.tags.get(PARTITION_TAG) if run is not None else None
+        tags = run.tags if run is not None else {}
+        if RANGE_START_TAG in tags and tags[RANGE_START_TAG] != tags.get(RANGE_END_TAG):
+            raise dg.DagsterInvariantViolationError(
+                "a run of a sharded store covers one shard, not a range (one writer per shard)"
+            )
+        self._partition = tags.get(PARTITION_TAG) or tags.get(RANGE_START_TAG)
 
     def settings(self) -> Settings:
         base = super().settings()
         if self._partition is None:
             return base
-        return shard_settings(base, shard_for_partition(base, self._partition), shard_count(base))
-
-
-def shard_for_partition(settings: Settings, partition: str) -> int:
-    """The shard of a partition key: a shard key, or a conversation (routed like its rows)."""
-    if partition.startswith("shard-"):
-        return shard_number(partition)
-    key = route_key(None, partition, read_routes(settings))
-    return shard_of(str(key), shard_count(settings))
+        return shard_settings(base, shard_number(self._partition), shard_count(base))
 
 
 def partitioned(
     assets: Sequence[dg.AssetsDefinition], partitions: dg.PartitionsDefinition
 ) -> list[dg.AssetsDefinition]:
-    """The same assets, partitioned (assets that already have partitions keep theirs). A
-    dependency between a shard and a conversation partition maps to all partitions: a
-    conversation's summary reads its shard's files, whichever runs first."""
-    own = {spec.key for asset in assets for spec in asset.specs if spec.partitions_def is not None}
+    """The same assets, every one partitioned by shard; a backfill runs one shard a run."""
 
-    def add(spec: dg.AssetSpec) -> dg.AssetSpec:
-        mine = spec.key in own
-        deps = [
-            dg.AssetDep(dep.asset_key, partition_mapping=dg.AllPartitionMapping())
-            if (dep.asset_key in own) != mine
-            else dep
-            for dep in spec.deps
-        ]
-        if mine:
-            return spec.replace_attributes(deps=deps)
-        return spec.replace_attributes(partitions_def=partitions, deps=deps)
+    def by_shard(spec: dg.AssetSpec) -> dg.AssetSpec:
+        return spec.replace_attributes(partitions_def=partitions)
 
-    return [asset.map_asset_specs(add) for asset in assets]
+    unique = {id(asset): asset for asset in assets}.values()  # a list may name one twice
+    return [
+        asset.map_asset_specs(by_shard).with_attributes(
+            backfill_policy=dg.BackfillPolicy.multi_run(1)
+        )
+        for asset in unique
+    ]
+
+
+def by_shard_jobs(jobs: Sequence[Any]) -> list[Any]:
+    """The same jobs; one that named its own partitions (conversations) takes the shards'."""
+    return [
+        dg.define_asset_job(
+            job.name,
+            selection=job.selection,
+            config=job.config,
+            description=job.description,
+            tags=job.tags,
+        )
+        if getattr(job, "partitions_def", None) is not None and hasattr(job, "selection")
+        else job
+        for job in jobs
+    ]
 
 
 def shard_request(request: dg.RunRequest, shard: str) -> dg.RunRequest:
@@ -128,43 +135,6 @@ def fan_out_schedule(schedule: dg.ScheduleDefinition, shards: int) -> dg.Schedul
         execution_timezone=schedule.execution_timezone,
         default_status=schedule.default_status,
         description=f"{schedule.description or ''} One run per shard.".strip(),
-    )
-
-
-def shard_tagged_sensor(
-    sensor: dg.SensorDefinition, settings_of: Callable[[], Settings], *, fan_out: bool
-) -> dg.SensorDefinition:
-    """The same sensor; its runs carry the shard tag of their partition (a conversation's
-    shard), or, with `fan_out`, are asked once per shard (jobs over shard-partitioned assets)."""
-
-    def evaluate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        data = sensor.evaluate_tick(context)
-        settings = settings_of()
-        shards = shard_count(settings)
-        requests = []
-        for request in data.run_requests or []:
-            if fan_out and request.partition_key is None:
-                requests += [shard_request(request, shard_key(s)) for s in range(shards)]
-            else:
-                shard = shard_key(shard_for_partition(settings, str(request.partition_key)))
-                requests.append(
-                    request.with_replaced_attrs(tags={**request.tags, SHARD_TAG: shard})
-                )
-        return dg.SensorResult(
-            run_requests=requests,
-            cursor=data.cursor,
-            dynamic_partitions_requests=data.dynamic_partitions_requests,
-            skip_reason=None if requests else (data.skip_message or "nothing to run"),
-        )
-
-    return dg.SensorDefinition(
-        name=sensor.name,
-        evaluation_fn=evaluate,
-        minimum_interval_seconds=sensor.minimum_interval_seconds,
-        description=sensor.description,
-        job_name=sensor.job_name,
-        default_status=sensor.default_status,
-        required_resource_keys={"memory"},
     )
 
 
@@ -218,36 +188,17 @@ def shard_workspace_sensor(
     )
 
 
-#: Sensors the shard sensor replaces (they watch the one workspace of the single store).
-REPLACED_SENSORS = ("workspace_sensor", "sessions_sensor")
-
-
 def sharded_definitions(defs: dg.Definitions, shards: int) -> dg.Definitions:
     """The single-store code location, partitioned by shard (see the module docstring)."""
-    partitions = shard_partitions(shards)
     base = defs.resources["memory"] if defs.resources else MemoryStoreResource()
-    memory = (
-        ShardedMemoryStore(**base.model_dump())
-        if isinstance(base, MemoryStoreResource)
-        else (ShardedMemoryStore())
-    )
-
-    def settings_of() -> Settings:
-        return memory.settings()
-
-    sensors = [shard_workspace_sensor]
-    for sensor in defs.sensors or []:
-        if sensor.name in REPLACED_SENSORS:
-            continue
-        fan_out = sensor.job_name != "summaries_job"  # summaries: a partition per conversation
-        sensors.append(shard_tagged_sensor(sensor, settings_of, fan_out=fan_out))
+    fields = base.model_dump() if isinstance(base, MemoryStoreResource) else {}
     return dg.Definitions(
-        assets=partitioned(list(defs.assets or []), partitions),
+        assets=partitioned(list(defs.assets or []), shard_partitions(shards)),
         asset_checks=defs.asset_checks,
-        jobs=defs.jobs,
-        sensors=sensors,
+        jobs=by_shard_jobs(list(defs.jobs or [])),
+        sensors=[shard_workspace_sensor],
         schedules=[fan_out_schedule(schedule, shards) for schedule in defs.schedules or []],
-        resources={**(defs.resources or {}), "memory": memory},
+        resources={**(defs.resources or {}), "memory": ShardedMemoryStore(**fields)},
         executor=defs.executor,
     )
 

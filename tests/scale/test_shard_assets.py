@@ -39,17 +39,18 @@ def sharded(tmp_path: Path, monkeypatch) -> tuple[dg.Definitions, Path, list[str
     return sharded_definitions(single_store_defs, SHARDS), tmp_path / "data", users
 
 
-def test_the_graph_is_partitioned_by_shard_and_summaries_by_conversation(sharded) -> None:
+def test_every_job_is_partitioned_by_shard_and_one_sensor_routes(sharded) -> None:
     defs, _, _ = sharded
     dg.Definitions.validate_loadable(defs)
     keys = [shard_key(s) for s in range(SHARDS)]
-    for name in ("ingest_job", "maintenance_job", "decay_job", "summary_index_job"):
+    for name in ("ingest_job", "maintenance_job", "decay_job", "summaries_job", "reindex_job"):
         assert defs.resolve_job_def(name).partitions_def.get_partition_keys() == keys
-    assert isinstance(
-        defs.resolve_job_def("summaries_job").partitions_def, dg.DynamicPartitionsDefinition
+    # The single store's sensors watch the one workspace: the shard sensor replaces them.
+    assert [sensor.name for sensor in defs.sensors] == ["shard_workspace_sensor"]
+    # The single-store graph is untouched.
+    assert single_store_defs.resolve_job_def("ingest_job").partitions_def != (
+        defs.resolve_job_def("ingest_job").partitions_def
     )
-    names = {sensor.name for sensor in defs.sensors}
-    assert "shard_workspace_sensor" in names and "workspace_sensor" not in names
 
 
 def test_the_shard_sensor_asks_for_the_shards_whose_files_changed_and_runs_fill_them(
@@ -103,6 +104,13 @@ def test_the_shard_sensor_asks_for_the_shards_whose_files_changed_and_runs_fill_
         assert not (data / "memory.duckdb").exists()  # the single store is not touched
         materialized = instance.get_latest_materialization_event(dg.AssetKey("chunks"))
         assert materialized.asset_materialization.partition == shard_key(shard)
+        # The shard's conversations are summarized inside its run.
+        with duckdb.connect(str(store), read_only=True) as con:
+            summarized = {
+                row[0]
+                for row in con.execute("SELECT DISTINCT conversation_id FROM summaries").fetchall()
+            }
+        assert f"conv-{users[0]}" in summarized
 
 
 def test_schedules_fan_out_one_run_per_shard_with_the_same_clock(sharded) -> None:
