@@ -49,3 +49,44 @@ def test_cli_ingests_every_shard_routes_by_user_and_reshards(
     monkeypatch.setenv(SHARDS_ENV, "4")
     assert main(["search", "pizza", "--user", "user001", *flags]) == 2
     assert "reshard --to 4" in capsys.readouterr().err
+
+
+def test_two_users_on_different_shards_are_routed_right_under_concurrent_reads(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """What a service in front of the library does per request: route by user, read the shard.
+    Eight threads interleave two users' searches; every hit comes from the asker's own rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memory_dag.config import Settings
+    from memory_dag.index.search import search
+    from memory_dag.pipeline import run_all
+    from memory_dag.scope import Scope
+    from memory_dag.store.shards import all_shard_settings, settings_for
+
+    monkeypatch.setenv(SHARDS_ENV, "4")
+    workspace = tmp_path / "ws"
+    write_corpus(workspace, users=6)
+    settings = Settings(workspace=workspace, db_path=tmp_path / "data" / "memory.duckdb")
+    from memory_dag.ingest.routing import route_workspace
+
+    route_workspace(settings)
+    for shard in all_shard_settings(settings):
+        run_all(shard)
+    alice, bob = "user001", "user004"  # pizza and violin, on shards 2 and 3
+    assert (
+        settings_for(settings, user_id=alice).db_path != settings_for(settings, user_id=bob).db_path
+    )
+
+    def ask(number: int) -> tuple[str, list[str]]:
+        user = (alice, bob)[number % 2]
+        shard = settings_for(settings, user_id=user, conversation_id=f"conv-{user}")
+        scope = Scope.of(user_id=user, conversation_id=f"conv-{user}")
+        hits = search("what do I love", settings=shard, conversation=f"conv-{user}", scope=scope)
+        return user, [hit.path for hit in hits]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(ask, range(200)))
+    assert all(paths for _, paths in answers)
+    for user, paths in answers:
+        assert all(f"conv-{user}/" in path for path in paths), (user, paths)
