@@ -224,7 +224,7 @@ def main() -> int:
         lines.append(
             f"| {result['workers']} | {result['ingest_seconds']} | {result['turns_per_second']} "
             f"| {runs[0]}-{runs[-1]} | {result['nightly_all_shards_seconds']} "
-            f"| {nights[0]} / {statistics.median(nights)} / {nights[-1]} |"
+            f"| {nights[0]} / {statistics.median(nights):.1f} / {nights[-1]} |"
         )
     lines += [
         "",
