@@ -38,6 +38,7 @@ from memory_dag.store.shards import (
     shard_number,
     shard_settings,
 )
+from sensors.workspace import DEBOUNCE_SECONDS
 
 PARTITION_TAG = "dagster/partition"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -136,10 +137,6 @@ def fan_out_schedule(schedule: dg.ScheduleDefinition, shards: int) -> dg.Schedul
         default_status=schedule.default_status,
         description=f"{schedule.description or ''} One run per shard.".strip(),
     )
-
-
-#: Files younger than this are being written: looked at next time (seed 002's debounce).
-DEBOUNCE_SECONDS = 1.5
 
 
 @dg.sensor(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memory_dag.config import Settings
 from memory_dag.store.shards import shard_of, user_key
 from tests.conftest import write_jsonl
 
@@ -82,3 +83,18 @@ def write_corpus(
     # A transcript outside any conversation folder, of one user: routed by that user.
     write_jsonl(root / "sessions" / "loose.jsonl", user_turns(names[3], 3, 1, 2, day=7)[0])
     return names
+
+
+def built_shards(root: Path, shards: int, users: int) -> Settings:
+    """A corpus of `users` routed into `shards` shards under `root`, each shard built by the
+    whole pipeline; returns the whole store's settings (MEMORY_DAG_SHARDS must say `shards`)."""
+    from memory_dag.ingest.routing import route_workspace
+    from memory_dag.pipeline import run_all
+    from memory_dag.store.shards import all_shard_settings
+
+    write_corpus(root / "ws", users=users)
+    settings = Settings(workspace=root / "ws", db_path=root / "data" / "memory.duckdb")
+    route_workspace(settings, shards)
+    for shard in all_shard_settings(settings, shards):
+        run_all(shard, include_open=True)
+    return settings

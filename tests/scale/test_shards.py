@@ -24,7 +24,7 @@ from memory_dag.store.shards import (
     shard_settings,
     write_layout,
 )
-from tests.scale.corpus import write_corpus
+from tests.scale.corpus import built_shards, write_corpus
 from tests.store_snapshot import differences, store_tables
 
 
@@ -132,12 +132,7 @@ def test_every_shard_equals_a_single_store_of_its_users_and_reshard_loses_nothin
     tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv(SHARDS_ENV, "3")
-    workspace = tmp_path / "ws"
-    write_corpus(workspace, users=8)
-    settings = Settings(workspace=workspace, db_path=tmp_path / "data" / "memory.duckdb")
-    route_workspace(settings)
-    for shard in all_shard_settings(settings):
-        _build(shard)
+    settings = built_shards(tmp_path, 3, users=8)
 
     # A single store over a copy of the same files gives the same content, table by table.
     shard = all_shard_settings(settings)[1]

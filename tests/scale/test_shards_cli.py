@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memory_dag.cli.main import main
 from memory_dag.store.shards import SHARDS_ENV, shard_of
-from tests.scale.corpus import write_corpus
+from tests.scale.corpus import built_shards, write_corpus
 
 
 def test_cli_ingests_every_shard_routes_by_user_and_reshards(
@@ -58,21 +58,12 @@ def test_two_users_on_different_shards_are_routed_right_under_concurrent_reads(
     Eight threads interleave two users' searches; every hit comes from the asker's own rows."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from memory_dag.config import Settings
     from memory_dag.index.search import search
-    from memory_dag.pipeline import run_all
     from memory_dag.scope import Scope
-    from memory_dag.store.shards import all_shard_settings, settings_for
+    from memory_dag.store.shards import settings_for
 
     monkeypatch.setenv(SHARDS_ENV, "4")
-    workspace = tmp_path / "ws"
-    write_corpus(workspace, users=6)
-    settings = Settings(workspace=workspace, db_path=tmp_path / "data" / "memory.duckdb")
-    from memory_dag.ingest.routing import route_workspace
-
-    route_workspace(settings)
-    for shard in all_shard_settings(settings):
-        run_all(shard)
+    settings = built_shards(tmp_path, 4, users=6)
     alice, bob = "user001", "user004"  # pizza and violin, on shards 2 and 3
     assert (
         settings_for(settings, user_id=alice).db_path != settings_for(settings, user_id=bob).db_path
