@@ -122,7 +122,7 @@ def build_context(
     settings = settings or Settings.load()
     categories = categories or load_categories()
     retriever = retriever or Retriever(settings, config)
-    scope.check_index(retriever.searcher.index)
+    scope.check_store(retriever.searcher.store_users())
     notes: list[str] = []
     filters = scope.search_filters(index_kinds(retriever), exclude=OWN_SECTION_KINDS)
     always = _always_categories(scope, categories)
