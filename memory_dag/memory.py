@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from memory_dag.config import Settings
+from memory_dag.index.delta import delta_path
+from memory_dag.index.published import IndexNotBuiltError, current_version
 from memory_dag.index.search import get_searcher
 from memory_dag.llm import LLMClient
 from memory_dag.memories.agent_ops import change_on, correct_on, remember_on
@@ -39,7 +41,9 @@ from memory_dag.memories.live_writer import LiveStore, LiveView
 from memory_dag.memories.lookups import memory_history, user_export
 from memory_dag.memories.transcripts import (
     DEFAULT_IDLE_SECONDS,
+    SessionState,
     normalise_messages,
+    session_key,
 )
 from memory_dag.memories.write_path import llm_client
 from memory_dag.memories.writer import MemoryOpError
@@ -266,6 +270,8 @@ class Memory:
             user_id=user_id, agent_id=agent_id, run_id=run_id, conversation_id=conversation_id
         )
         settings = self.store(user_id)
+        if not _anything(settings):  # nothing built or written yet
+            return SearchResults(query=query, results=[])
         retriever = self._retriever(settings)
         searcher = retriever.searcher
         scope.check_store(searcher.store_users())
@@ -317,7 +323,7 @@ class Memory:
             user_id=user_id, agent_id=agent_id, run_id=run_id, conversation_id=conversation_id
         )
         view = self._view(self.store(user_id))
-        if view is None:
+        if view is None:  # nothing built or written yet
             return MemoryList(results=[])
         scope.check_store(view.searcher.store_users())
         rows = [
@@ -362,6 +368,7 @@ class Memory:
         conversation_id: str,
         user_id: str | None = None,
         agent_id: str | None = None,
+        run_id: str | None = None,
         exclude_run_id: str | None = None,
         limit: int | None = None,
         max_tokens: int | None = None,
@@ -371,9 +378,13 @@ class Memory:
         """The block to inject before an agent answers `query` in a conversation: delta
         header, summary, relevant memories, related ones, weekly reflection (seed 000 §3).
         `exclude_run_id` leaves out the current session (seed 004)."""
-        scope = self.scope(user_id=user_id, agent_id=agent_id, conversation_id=conversation_id)
+        scope = self.scope(
+            user_id=user_id, agent_id=agent_id, run_id=run_id, conversation_id=conversation_id
+        )
         settings = self.store(user_id)
         limits = {"max_memories": limit, "max_tokens": max_tokens, "min_score": min_score}
+        if not _anything(settings):  # nothing built or written yet: nothing to inject
+            return ContextResult(text="", tokens=0, max_tokens=max_tokens or 0, rev=None)
         block = build_context(
             query,
             scope,
@@ -419,6 +430,23 @@ class Memory:
             request, scope=caller, settings=settings, retriever=self._retriever(settings)
         )
 
+    def current_run(
+        self,
+        *,
+        conversation_id: str | None,
+        user_id: str | None = None,
+        idle_seconds: float | None = None,
+        now: datetime | None = None,
+    ) -> str:
+        """The session a write for this conversation (or user) would go to now: the current
+        one, or a new one after `idle_seconds` without a turn (default: this memory's)."""
+        settings = self.store(user_id)
+        idle = self.idle_seconds if idle_seconds is None else idle_seconds
+        state = SessionState(Path(settings.workspace))
+        key = session_key(conversation_id, user_id)
+        choice = state.choose(key, None, now or datetime.now(UTC), idle)
+        return choice.session_id
+
     def export(self, *, user_id: str, agent_id: str | None = None) -> Iterator[dict[str, Any]]:
         """A user's memories and their history as JSON-ready dicts (`{"type": "memory" |
         "history", ...}`), live writes not folded yet included (`pending`)."""
@@ -446,8 +474,6 @@ class Memory:
 
     def _view(self, settings: Settings) -> LiveView | None:
         """The live view of a store (None before anything was built or written)."""
-        from memory_dag.index.published import IndexNotBuiltError
-
         try:
             return LiveView(get_searcher(settings))
         except IndexNotBuiltError:
@@ -467,6 +493,12 @@ class Memory:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _anything(settings: Settings) -> bool:
+    """Whether a store has an index or live writes to read (else every read is empty)."""
+    index_dir = Path(settings.index_dir)
+    return current_version(index_dir) is not None or delta_path(index_dir).exists()
 
 
 def _pending(settings: Settings, memory_ids: set[str], folded: int) -> list[HistoryEvent]:

@@ -38,7 +38,7 @@ from memory_dag.config import Settings
 from memory_dag.index.search import SearchFilters
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.memories.categories import CategoryConfig, load_categories
-from memory_dag.memories.change_log import changes
+from memory_dag.memories.change_log import changes, current_revision
 from memory_dag.read.query import fit_tokens, index_kinds
 from memory_dag.read.results import Candidate, RetrievalResult
 from memory_dag.read.retriever import RetrievalConfig, Retriever
@@ -267,10 +267,7 @@ def _read_store(
     try:
         with open_store(settings.db_path, read_only=True, lock_timeout=0.0) as con:
             scope.check_store(store_users(con))
-            row = con.execute(
-                "SELECT rev FROM conversation_revisions WHERE conversation_id = ?",
-                [conversation_id],
-            ).fetchone()
+            rev = current_revision(settings, con, conversation_id or "")
             reflections = fetch_dicts(
                 con,
                 "SELECT content, kind, user_id, conversation_id, session_id, category, "
@@ -284,7 +281,6 @@ def _read_store(
     except StoreLockedError:
         notes.append("store busy (a pipeline holds it): no delta header, summary or reflection")
         return None
-    rev = int(row[0]) if row else 0
     since = max(rev - DELTA_REVISIONS, 0) if since_rev is None else since_rev
     delta = changes(settings, since, scope=scope).header if rev > since else ""
     readable = scope.filter(reflections, across_conversations=True)

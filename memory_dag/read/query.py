@@ -215,12 +215,14 @@ def _render(
 ) -> MemoryBullet:
     hit = candidate.hit
     category = hit.category or uncategorized
+    # The memory behind the hit (a turn's episode id), so `history` and `forget` take it.
+    memory_id = candidate.memory_ids[0] if len(candidate.memory_ids) == 1 else hit.id
     if mode == "bullets":
         line = " ".join(candidate.text.split())
         label = f"{category}, superseded" if candidate.superseded else category
-        return MemoryBullet(id=hit.id, category=category, text=f"[{label}] {line}")
+        return MemoryBullet(id=memory_id, category=category, text=f"[{label}] {line}")
     return MemoryFull(
-        id=hit.id,
+        id=memory_id,
         category=category,
         text=candidate.text,
         kind=hit.kind,
