@@ -266,7 +266,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
     adding = add(
         "add",
-        "remember a text, or record a turn (--role) and learn its facts (old name: remember)",
+        "remember a text, or record a turn (--role) and learn its facts",
         _add,
         _added_text,
         aliases=("remember",),
@@ -283,7 +283,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
     updating = add(
         "update",
-        "replace a memory with a corrected text: a new id (old name: correct)",
+        "replace a memory with a corrected text: a new id",
         lambda a: memory_from_args(a).update(a.memory_id, a.text, **scope_kwargs(a, run=False)),
         _change_text,
         aliases=("correct",),
@@ -294,7 +294,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     updating.add_argument("-q", "--quiet", action="store_true", help="print the new id only")
 
     for name, summary, method, aliases in (
-        ("delete", "forget a memory (purged in 30 days; old name: forget)", "delete", ("forget",)),
+        ("delete", "forget a memory (purged in 30 days)", "delete", ("forget",)),
         ("restore", "bring back a forgotten memory", "restore", ()),
         ("confirm", "protect a memory from decay", "confirm", ()),
     ):  # fmt: skip
