@@ -15,10 +15,13 @@ A client's configuration (Claude Desktop and others):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ToolError
 
 from memory_dag.service.identity import Identity, ServiceConfigError
 
@@ -58,21 +61,22 @@ def build_mcp(service: Any, identity: Identity | None = None) -> MCPServer:
     ) -> dict[str, Any]:
         """memory.query: what your agent may read about the query, as bullets within
         `max_tokens` tokens (categories outside your allowlist are refused)."""
-        who = caller(ctx, user_id)
-        if who["agent_id"] is None:
-            raise ValueError("memory_query needs an agent identity (an API key bound to one)")
-        return service.memory.query(
-            query,
-            agent_id=who["agent_id"],
-            user_id=who["user_id"],
-            categories=categories,
-            filters=filters,
-            conversation_id=conversation_id,
-            limit=limit,
-            max_tokens=max_tokens,
-            min_score=min_score,
-            return_=mode,
-        ).to_dict()
+        with _said_clearly():
+            who = caller(ctx, user_id)
+            if who["agent_id"] is None:
+                raise ValueError("memory_query needs an agent identity (an API key bound to one)")
+            return service.memory.query(
+                query,
+                agent_id=who["agent_id"],
+                user_id=who["user_id"],
+                categories=categories,
+                filters=filters,
+                conversation_id=conversation_id,
+                limit=limit,
+                max_tokens=max_tokens,
+                min_score=min_score,
+                return_=mode,
+            ).to_dict()
 
     @mcp.tool()
     def search(
@@ -86,15 +90,16 @@ def build_mcp(service: Any, identity: Identity | None = None) -> MCPServer:
         min_score: float | None = None,
     ) -> dict[str, Any]:
         """The memories most relevant to the query, with their ids."""
-        return service.memory.search(
-            query,
-            **caller(ctx, user_id),
-            conversation_id=conversation_id,
-            run_id=run_id,
-            filters=filters,
-            limit=limit,
-            min_score=min_score,
-        ).to_dict()
+        with _said_clearly():
+            return service.memory.search(
+                query,
+                **caller(ctx, user_id),
+                conversation_id=conversation_id,
+                run_id=run_id,
+                filters=filters,
+                limit=limit,
+                min_score=min_score,
+            ).to_dict()
 
     @mcp.tool()
     def remember(
@@ -106,13 +111,14 @@ def build_mcp(service: Any, identity: Identity | None = None) -> MCPServer:
         importance: int | None = None,
     ) -> dict[str, Any]:
         """Store a fact: one or two third-person sentences (searchable at once)."""
-        return service.memory.add(
-            text,
-            **caller(ctx, user_id),
-            conversation_id=conversation_id,
-            category=category,
-            importance=importance,
-        ).to_dict()
+        with _said_clearly():
+            return service.memory.add(
+                text,
+                **caller(ctx, user_id),
+                conversation_id=conversation_id,
+                category=category,
+                importance=importance,
+            ).to_dict()
 
     @mcp.tool()
     def forget(
@@ -122,11 +128,25 @@ def build_mcp(service: Any, identity: Identity | None = None) -> MCPServer:
         conversation_id: str | None = None,
     ) -> dict[str, Any]:
         """Forget a memory by id (gone from every read at once; restorable for 30 days)."""
-        return service.memory.delete(
-            memory_id, **caller(ctx, user_id), conversation_id=conversation_id
-        ).to_dict()
+        with _said_clearly():
+            return service.memory.delete(
+                memory_id, **caller(ctx, user_id), conversation_id=conversation_id
+            ).to_dict()
 
     return mcp
+
+
+@contextmanager
+def _said_clearly() -> Iterator[None]:
+    """A refusal or a bad argument as a tool error that says what is wrong (the REST API's
+    error kinds, `app.ERRORS`), not the SDK's generic "error executing tool"."""
+    from memory_dag.service.app import ERRORS
+
+    try:
+        yield
+    except tuple(exception for exception, _, _ in ERRORS) as error:
+        kind = next(kind for exception, _, kind in ERRORS if isinstance(error, exception))
+        raise ToolError(f"{kind}: {error}") from error
 
 
 def _headers(ctx: Context) -> dict[str, str] | None:
