@@ -23,7 +23,38 @@ CLIENTS = 4
 #: Each client writes at least this many memories, and keeps writing until the run ends.
 LEAST_WRITES = 5
 #: Distinct words, so no write is a near-duplicate of another one (which `add` would skip).
-THINGS = ["violin", "kayak", "telescope", "sourdough", "chess", "orchid", "marathon", "pottery", "falconry", "origami", "beekeeping", "fencing", "calligraphy", "astronomy", "karaoke", "archery", "juggling", "sailing", "ceramics", "knitting", "robotics", "surfing", "gliding", "weaving", "tango", "rowing", "bonsai", "climbing", "welding", "opera"]
+THINGS = [
+    "violin",
+    "kayak",
+    "telescope",
+    "sourdough",
+    "chess",
+    "orchid",
+    "marathon",
+    "pottery",
+    "falconry",
+    "origami",
+    "beekeeping",
+    "fencing",
+    "calligraphy",
+    "astronomy",
+    "karaoke",
+    "archery",
+    "juggling",
+    "sailing",
+    "ceramics",
+    "knitting",
+    "robotics",
+    "surfing",
+    "gliding",
+    "weaving",
+    "tango",
+    "rowing",
+    "bonsai",
+    "climbing",
+    "welding",
+    "opera",
+]
 
 
 @pytest.fixture
