@@ -180,12 +180,13 @@ class Memory:
                     writer, messages, scope=scope, category=category, importance=importance,
                     now=now, attributes=attributes,
                 )  # fmt: skip
+            where = {"conversation_id": scope.conversation_id, "run_id": scope.run_id}
             if result.status == "duplicate":
                 same = writer.get(result.memory_id)
                 text = same["content"] if same else messages
                 event = MemoryEvent(id=result.memory_id, memory=text, event="NONE")
-                return AddResult(results=[event])
-            return AddResult(results=_events(writer.events))
+                return AddResult(results=[event], **where)
+            return AddResult(results=_events(writer.events), **where)
         turns = normalise_messages(messages)
         if attributes:
             turns = [{**turn, **attributes} for turn in turns]
