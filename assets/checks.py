@@ -1,4 +1,4 @@
-"""Asset checks (Great Expectations suites from `memory_dag.store.quality`), visible in the UI.
+"""Asset checks (Great Expectations' expectations as SQL, `memory_dag.store.quality`), in the UI.
 
 The chunk and embedding checks are blocking: a broken chunk table or a mixed-dimension
 embedding set must not be published into the search index.

@@ -8,12 +8,18 @@ from assets.resources import MemoryStoreResource
 from memory_dag.embed.chunk_embeddings import embed_chunks
 
 
-@dg.asset(group_name="embed", pool="duckdb", kinds={"duckdb"}, deps=[chunks, dg.AssetKey("facts")])
+@dg.asset(
+    group_name="embed",
+    pool="duckdb",
+    kinds={"duckdb"},
+    # Facts and summaries are embedded too; by key, as their modules import this one.
+    deps=[chunks, dg.AssetKey("facts"), dg.AssetKey("conversation_summaries")],
+)
 def chunk_embeddings(
     context: dg.AssetExecutionContext, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:
     """One vector per distinct chunk text and model, in `embedding_cache`."""
-    report = embed_chunks(memory.settings(), progress=memory.progress)
+    report = embed_chunks(memory.settings())
     return materialize_result(context, report, echo=memory.progress)
 
 

@@ -28,6 +28,12 @@ def report_metadata(report: StageReport) -> dict[str, Any]:
         metadata["notes"] = dg.MetadataValue.text("\n".join(report.notes))
     if report.preview:
         metadata["preview"] = dg.MetadataValue.md(_markdown_table(report.preview))
+    if report.conversations:
+        shown = ", ".join(report.conversations[:50])
+        more = len(report.conversations) - 50
+        metadata["recomputed_conversations"] = dg.MetadataValue.text(
+            shown + (f" … and {more} more" if more > 0 else "")
+        )
     if report.errors:
         metadata["error_details"] = dg.MetadataValue.md(_markdown_table(report.errors[:50]))
     return metadata

@@ -93,15 +93,17 @@ def load_locomo(data_dir: Path) -> tuple[list[str], list[tuple[str, str]], list[
 
 
 def names_for(pairs: list[tuple[str, str]], conversations: int) -> list[tuple[str, str]]:
-    """Two participant names per generated conversation (LoCoMo's first, then recombined)."""
+    """Two participant names per generated conversation (LoCoMo's first, then recombined; when
+    there are more conversations than ordered pairs of names, the pairs repeat)."""
     firsts = sorted({n for pair in pairs for n in pair})
+    distinct = min(conversations, len(firsts) * (len(firsts) - 1))
     out = list(pairs)
     rng = random.Random(7)
-    while len(out) < conversations:
+    while len(out) < distinct:
         a, b = rng.sample(firsts, 2)
         if (a, b) not in out:
             out.append((a, b))
-    return out[:conversations]
+    return [out[i % len(out)] for i in range(conversations)]
 
 
 def make_turn_texts(sentences: list[str], count: int, rng: random.Random) -> list[str]:
@@ -144,14 +146,21 @@ def wordllama_rate(sentences: list[str], seed: int, texts: int = 20_000) -> floa
 
 
 def write_corpus(
-    workspace: Path, size: int, sentences, pairs, seed: int
+    workspace: Path,
+    size: int,
+    sentences,
+    pairs,
+    seed: int,
+    *,
+    conversations: int = CONVERSATIONS,
+    turns_per_session: int = TURNS_PER_SESSION,
 ) -> tuple[dict[str, tuple[str, str]], list[tuple[str, str]]]:
     """Write `size` turns as transcripts; returns (names per conversation, (conv, turn) sample)."""
     rng = random.Random(seed)
     texts = make_turn_texts(sentences, size, rng)
-    names = names_for(pairs, CONVERSATIONS)
+    names = names_for(pairs, conversations)
     per_conversation = [
-        size // CONVERSATIONS + (i < size % CONVERSATIONS) for i in range(CONVERSATIONS)
+        size // conversations + (i < size % conversations) for i in range(conversations)
     ]
     conv_names: dict[str, tuple[str, str]] = {}
     samples: list[tuple[str, str]] = []
@@ -159,14 +168,14 @@ def write_corpus(
     taken = 0
     sample_rate = min(1.0, max(0.05, 2000 / max(size, 1)))  # turn prefixes for the queries
     for c, turns in enumerate(per_conversation):
-        conversation = f"conv-{c:02d}"
+        conversation = f"conv-{c:0{max(2, len(str(conversations - 1)))}d}"
         conv_names[conversation] = names[c]
         folder = workspace / "sessions" / conversation
         folder.mkdir(parents=True, exist_ok=True)
-        for s, first in enumerate(range(0, turns, TURNS_PER_SESSION)):
+        for s, first in enumerate(range(0, turns, turns_per_session)):
             when = start + timedelta(days=3 * s, hours=c)
             lines = []
-            for t in range(first, min(first + TURNS_PER_SESSION, turns)):
+            for t in range(first, min(first + turns_per_session, turns)):
                 speaker = names[c][t % 2]
                 text = texts[taken]
                 taken += 1

@@ -21,7 +21,8 @@ from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.eval.locomo import write_workspace
 from memory_dag.index.build import build_search_index
 from memory_dag.pipeline import run_all
-from memory_dag.summaries.conversation_summaries import conversation_ids, summarize_conversation
+from memory_dag.summaries.conversation_summaries import conversation_ids
+from memory_dag.summaries.refresh import summarize_conversation
 
 DEFAULT_DATA = Path("/work/shared/datasets/locomo-dev")
 

@@ -14,12 +14,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import openai
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from memory_dag.config import Settings
+
+if TYPE_CHECKING:  # imported when a client is made: ~1 s that runs without an LLM never pay
+    import openai
 
 T = TypeVar("T")
 X = TypeVar("X")
@@ -71,6 +73,8 @@ class LLMClient:
     """Synchronous, thread-safe client; `stats` counts calls for run metadata."""
 
     def __init__(self, config: LLMConfig) -> None:
+        import openai
+
         self.config = config
         # The openai client would read OPENAI_API_KEY itself, but refuses to start without a
         # key; local servers usually need none, so a placeholder keeps them usable.
@@ -163,6 +167,8 @@ class LLMClient:
         raise AssertionError("unreachable: the loop returns or raises")
 
     def _request(self, messages: list[dict[str, Any]], max_tokens: int | None) -> str:
+        import openai
+
         kwargs: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,

@@ -23,6 +23,8 @@ class StageReport:
     preview: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     skipped: bool = False
+    #: The conversations whose rows this run of the stage recomputed (facts, entities, ...).
+    conversations: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.counts.items())

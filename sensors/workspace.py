@@ -1,9 +1,10 @@
 """The workspace sensor: the file watcher of seed 002, as a Dagster sensor.
 
-It looks only at the filesystem (sensors run outside the DuckDB pool), keeps the file
-state in its cursor, and asks for one ingest run per workspace version: the run key is a
-fingerprint of every file's hash, so the same change never runs twice, even after a
-cursor reset.
+It looks only at the filesystem and the Dagster instance (sensors run outside the DuckDB
+pool), keeps the file state in its cursor, and asks for one ingest run per workspace version:
+the run key is a fingerprint of every file's hash, so the same change never runs twice, even
+after a cursor reset. The run summarizes only the conversations whose files changed
+(`assets.jobs.ingest_run`); new conversations become summary partitions in the same tick.
 """
 
 import json
@@ -11,17 +12,20 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.jobs import ingest_job
+from assets.jobs import ingest_job, ingest_run
 from assets.resources import MemoryStoreResource
-from memory_dag.ingest.watch import scan_workspace, state_fingerprint
+from assets.summaries import conversations
+from memory_dag.ingest.watch import changed_conversations, scan_workspace, state_fingerprint
 
 #: Seed 002's watch debounce (1.5 s): files younger than this are looked at next time.
 DEBOUNCE_SECONDS = 1.5
+#: How often the daemon looks (a stat of every workspace file; hashes only of changed ones).
+INTERVAL_SECONDS = 5
 
 
 @dg.sensor(
     job=ingest_job,
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=INTERVAL_SECONDS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Runs the ingest job when workspace notes or transcripts appear, change or go.",
 )
@@ -40,12 +44,22 @@ def workspace_sensor(
     if not changes.any:
         reason = "no changes" + (f" ({changes.summary()})" if changes.settling else "")
         return dg.SensorResult(skip_reason=reason, cursor=cursor)
+    run = ingest_run(
+        context.instance.get_dynamic_partitions(conversations.name), changed_conversations(changes)
+    )
     request = dg.RunRequest(
         run_key=f"workspace-{state_fingerprint(state)}",
-        tags={"memory_dag/changes": changes.summary()},
+        tags={**run.tags, "memory_dag/changes": changes.summary()},
+        asset_selection=run.asset_selection,
     )
     context.log.info(f"workspace changed: {changes.summary()}")
-    return dg.SensorResult(run_requests=[request], cursor=cursor)
+    return dg.SensorResult(
+        run_requests=[request],
+        cursor=cursor,
+        dynamic_partitions_requests=(
+            [conversations.build_add_request(run.new_partitions)] if run.new_partitions else []
+        ),
+    )
 
 
 SENSORS = [workspace_sensor]

@@ -52,10 +52,15 @@ def test_first_run_fills_every_table(settings: Settings) -> None:
     )
     assert entry[0][:3] == ("fact-1", "memory", "trip")
     assert entry[0][3].year == 2026
-    # Every chunk is embedded with the recorded dimensions and indexed.
+    # The whole graph: the closed session's facts, and entities of turns and facts.
+    assert reports["facts"].counts["facts_added"] >= 1
+    assert reports["entities"].counts["entities"] >= 1
+    assert counts(settings, "SELECT count(*) FROM facts")[0][0] >= 1
+    # Every chunk and derived memory is embedded with the recorded dimensions and indexed.
+    (documents,) = counts(settings, "SELECT count(*) FROM search_documents")[0]
     (chunk_count,) = counts(settings, "SELECT count(*) FROM chunks")[0]
     manifest = index_files.read_manifest(settings.index_dir)
-    assert manifest["count"] == chunk_count
+    assert manifest["count"] == documents > chunk_count
     assert manifest["dims"] == 256
     assert counts(settings, "SELECT value FROM store_meta WHERE key = 'embedding_dims'") == [
         ("256",)
@@ -115,7 +120,7 @@ def test_a_failed_fts_build_still_publishes_the_search_index(
     build_chunks(settings)
     embed_chunks(settings)
 
-    def broken_fts(settings: Settings, *, force: bool = False) -> None:
+    def broken_fts(settings: Settings, *, force: bool = False, background: bool = False) -> None:
         raise RuntimeError("no FTS extension here")
 
     monkeypatch.setattr(build, "build_fts_index", broken_fts)

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -124,18 +125,17 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
 def _ingest_with_dagster(
     settings: Settings, instance: Any, *, force: bool, progress: bool
 ) -> dict[str, Any]:
-    """Materialize every ingest asset (and its checks) in this process, like a UI click."""
+    """One run of the whole asset graph (and every check) in this process, like a UI click:
+    the summaries of the conversations that changed, in one step."""
     import dagster as dg
 
     from assets.checks import INGEST_CHECKS
-    from assets.embed import chunk_embeddings
-    from assets.index import SEARCH_INDEX, indexes
-    from assets.jobs import PIPELINE_ASSETS
+    from assets.jobs import PIPELINE_ASSETS, ingest_run
     from assets.resources import MemoryStoreResource
-    from assets.summaries import SUMMARY_ASSETS
     from assets.summaries import conversations as PARTITIONS
     from memory_dag.cli.dagster_runs import run_tags
-    from memory_dag.summaries.conversation_summaries import conversation_ids
+    from memory_dag.progress import show_progress
+    from memory_dag.summaries.refresh import conversations_due
 
     resource = MemoryStoreResource(
         workspace=str(settings.workspace),
@@ -151,61 +151,30 @@ def _ingest_with_dagster(
             name: {"config": {"force": True}} for name in ("workspace_files", "chunks", "indexes")
         }
     if progress:
-        print("materializing the ingest assets with Dagster (in-process)", file=sys.stderr)
-    resources = {"memory": resource}
-    tags = run_tags()
-    results = [
-        dg.materialize(
+        print("materializing the asset graph with Dagster (in-process)", file=sys.stderr)
+    run = ingest_run(instance.get_dynamic_partitions(PARTITIONS.name), conversations_due(settings))
+    if run.new_partitions:
+        instance.add_dynamic_partitions(PARTITIONS.name, run.new_partitions)
+    with show_progress() if progress else nullcontext():
+        result = dg.materialize(
             [*PIPELINE_ASSETS, *INGEST_CHECKS],
-            resources=resources,
+            selection=run.asset_selection,
+            tags={**run.tags, **run_tags()},
+            resources={"memory": resource},
             instance=instance,
             run_config=run_config,
             raise_on_error=True,
-            tags=tags,
-        )
-    ]
-    # One run per conversation partition of the summaries, then index what they wrote.
-    conversations = conversation_ids(settings)
-    if conversations:
-        instance.add_dynamic_partitions(PARTITIONS.name, conversations)
-        quiet = {"loggers": run_config["loggers"]}
-        for conversation in conversations:
-            if progress:
-                print(f"summarizing {conversation}", file=sys.stderr, flush=True)
-            results.append(
-                dg.materialize(
-                    SUMMARY_ASSETS,
-                    resources=resources,
-                    instance=instance,
-                    partition_key=conversation,
-                    run_config=quiet,
-                    tags=tags,
-                )
-            )
-        results.append(
-            dg.materialize(
-                [chunk_embeddings, indexes, *INGEST_CHECKS],
-                selection=[chunk_embeddings.key, SEARCH_INDEX],
-                resources=resources,
-                instance=instance,
-                run_config=quiet,
-                tags=tags,
-            )
         )
     stages: dict[str, Any] = {}
-    for result in results:
-        for event in result.get_asset_materialization_events():
-            materialization = event.materialization
-            name = materialization.asset_key.to_user_string()
-            if event.partition:
-                name = f"{name}[{event.partition}]"
-            if name in stages:  # the re-index after the summaries
-                name = f"{name} (after summaries)"
+    for event in result.get_asset_materialization_events():
+        materialization = event.materialization
+        name = materialization.asset_key.to_user_string()
+        if name not in stages:  # the summaries step has one materialization per partition
             stages[name] = {k: _metadata_value(v) for k, v in materialization.metadata.items()}
-        for evaluation in result.get_asset_check_evaluations():
-            stages.setdefault("checks", {})[evaluation.check_name] = (
-                "passed" if evaluation.passed else "FAILED"
-            )
+    for evaluation in result.get_asset_check_evaluations():
+        stages.setdefault("checks", {})[evaluation.check_name] = (
+            "passed" if evaluation.passed else "FAILED"
+        )
     return stages
 
 

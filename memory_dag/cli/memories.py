@@ -219,7 +219,8 @@ def _add(args: argparse.Namespace) -> AddResult:
 
 
 def cmd_consolidate(args: argparse.Namespace) -> int:
-    from memory_dag.memories.write_path import WriteReport, run_all
+    from memory_dag.memories.write_path import WriteReport
+    from memory_dag.pipeline import run_all
 
     reports = run_all(settings_from_args(args), include_open=args.all)
     if args.json:

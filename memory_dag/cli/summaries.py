@@ -24,7 +24,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from memory_dag.index.build import refresh_search_index
-    from memory_dag.summaries.conversation_summaries import conversation_ids, summarize_conversation
+    from memory_dag.summaries.conversation_summaries import conversation_ids
+    from memory_dag.summaries.refresh import summarize_conversation
     from memory_dag.summaries.summarizer import SummarizationError
 
     settings = settings_from_args(args)

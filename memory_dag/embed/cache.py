@@ -28,6 +28,26 @@ class VectorCache:
         self.provider = provider
         self._vectors: dict[str, np.ndarray] = {}
         self._pending: dict[str, np.ndarray] = {}
+        self._absent: set[str] = set()  # looked up by `prefetch`, not in the table
+
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Look the texts up in the table in one query, so `embed` calls for any of them need
+        none (a consolidation embeds session by session: one query per session adds up)."""
+        keys = {text_hash(text) for text in texts} - self._vectors.keys() - self._absent
+        self._absent |= keys - self._lookup(sorted(keys))
+
+    def _lookup(self, keys: list[str]) -> set[str]:
+        """Load the cached vectors of these keys; returns the keys found."""
+        if not keys:
+            return set()
+        cached = self.con.execute(
+            "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
+            "AND hash IN (SELECT unnest(?::TEXT[]))",
+            [self.provider.name, self.provider.model, keys],
+        ).fetchall()
+        for key, embedding in cached:
+            self._vectors[key] = np.asarray(embedding, dtype=np.float32)
+        return {key for key, _ in cached}
 
     def embed(self, texts: Sequence[str], *, defer: bool) -> np.ndarray:
         """Vectors of `texts`, from the embedding cache when present; new ones are cached
@@ -35,13 +55,7 @@ class VectorCache:
         keys = [text_hash(text) for text in texts]
         missing = sorted({key for key in keys if key not in self._vectors})
         if missing:
-            cached = self.con.execute(
-                "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
-                "AND hash IN (SELECT unnest(?::TEXT[]))",
-                [self.provider.name, self.provider.model, missing],
-            ).fetchall()
-            for key, embedding in cached:
-                self._vectors[key] = np.asarray(embedding, dtype=np.float32)
+            self._lookup([key for key in missing if key not in self._absent])
             todo = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._vectors}
             if todo:
                 vectors = self.provider.embed(list(todo.values()))
@@ -88,3 +102,4 @@ class VectorCache:
         """Forget everything held in memory (after a rollback the rows may not exist)."""
         self._vectors.clear()
         self._pending.clear()
+        self._absent.clear()

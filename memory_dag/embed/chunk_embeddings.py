@@ -9,11 +9,11 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from memory_dag import progress
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
 from memory_dag.reports import StageReport, StageTimer
@@ -36,7 +36,8 @@ def _now() -> datetime:
 _TS = pa.timestamp("us", tz="UTC")
 
 
-def embed_chunks(settings: Settings, *, progress: bool = False) -> StageReport:
+@progress.tracked("embeddings")
+def embed_chunks(settings: Settings) -> StageReport:
     """Embed every chunk text the cache does not hold yet for the configured model.
 
     The cache is keyed by (provider, model, text hash): identical text is embedded once,
@@ -66,7 +67,7 @@ def embed_chunks(settings: Settings, *, progress: bool = False) -> StageReport:
         hashes = missing.column("hash").to_pylist()
         texts = missing.column("search_text").to_pylist()
         batch = max(1, settings.embedding_batch_size) * 8
-        bar = _progress_bar(len(texts), "embedding", progress)
+        progress.set_total(len(texts), "texts")
         pending: list[pa.Table] = []
         # Vectors are written by a second thread while the next texts are embedded (DuckDB
         # lets go of the GIL while it writes): at 100k chunks that hides ~2 s of writing.
@@ -95,10 +96,9 @@ def embed_chunks(settings: Settings, *, progress: bool = False) -> StageReport:
                 )
                 if sum(t.num_rows for t in pending) >= EMBED_FLUSH_ROWS:
                     flush()
-                bar.update(len(vectors))
+                progress.advance(len(vectors))
             flush()
             written = sum(write.result() for write in writes)
-        bar.close()
         with open_store(settings.db_path) as con:
             set_meta(con, "embedding_provider", provider.name)
             set_meta(con, "embedding_model", provider.model)
@@ -124,9 +124,3 @@ def _vectors_to_arrow(vectors: np.ndarray) -> pa.Array:
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     offsets = np.arange(0, vectors.size + 1, vectors.shape[1], dtype=np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(vectors.reshape(-1)))
-
-
-def _progress_bar(total: int, label: str, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=label, unit="chunk", disable=not enabled or total == 0)

@@ -23,7 +23,7 @@ from typing import Any
 
 from memory_dag.config import Settings
 from memory_dag.index.search import Searcher, SearchFilters
-from memory_dag.pipeline import run_all
+from memory_dag.pipeline import run_first_stages
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 _EVIDENCE = re.compile(r"D\d+:\d+")
@@ -149,7 +149,7 @@ def evaluate_locomo(
             }
         )
         started = time.perf_counter()
-        run_all(run_settings, progress=progress)
+        run_first_stages(run_settings, progress=progress)
         ingest_seconds = time.perf_counter() - started
 
         searcher = Searcher(run_settings, None)

@@ -34,7 +34,7 @@ from memory_dag.eval.locomo import (
     write_workspace,
 )
 from memory_dag.index.search import Searcher, SearchFilters
-from memory_dag.pipeline import run_all
+from memory_dag.pipeline import run_first_stages
 from memory_dag.read.retriever import RetrievalConfig, Retriever
 
 #: The last cumulative step: every stage on, as `RetrievalConfig()` has them.
@@ -98,7 +98,7 @@ def evaluate_stages(
                 "index_dir": root / "index",
             }
         )
-        run_all(run_settings, progress=progress)
+        run_first_stages(run_settings, progress=progress)
         searcher = Searcher(run_settings)
         asked = list(questions(files))
         latest = _last_turn_times(searcher)

@@ -10,7 +10,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memory_dag import progress
 from memory_dag.config import Settings
 from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.embed.providers import get_provider
@@ -43,6 +44,7 @@ from memory_dag.store.connection import (
 # Stage 4: chunks + embeddings → published FAISS + BM25 index
 
 
+@progress.tracked("search_index")
 def build_search_index(settings: Settings, *, force: bool = False) -> StageReport:
     """Publish a new index version when chunks or the model changed since the live one."""
     report = StageReport("search_index")
@@ -148,8 +150,14 @@ def _arrow_to_vectors(column: pa.ChunkedArray, dims: int) -> np.ndarray:
 # Stage 5: DuckDB full-text index over chunks, for people who query with SQL
 
 
-def build_fts_index(settings: Settings, *, force: bool = False) -> StageReport:
-    """(Re)build DuckDB's FTS index on `chunks` so `fts_main_chunks.match_bm25` works in SQL."""
+@progress.tracked("chunks_fts")
+def build_fts_index(
+    settings: Settings, *, force: bool = False, background: bool = False
+) -> StageReport:
+    """(Re)build DuckDB's FTS index on `chunks` so `fts_main_chunks.match_bm25` works in SQL.
+
+    `background`: the build itself (not the check whether it is needed) runs at a lower
+    priority, beside the search index (see `build_indexes`)."""
     report = StageReport("chunks_fts")
     with StageTimer(report), open_store(settings.db_path) as con:
         how = load_fts(con)
@@ -158,6 +166,8 @@ def build_fts_index(settings: Settings, *, force: bool = False) -> StageReport:
             report.skipped = True
             return report
         rows = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        if background:
+            _lower_this_threads_priority()
         con.execute(
             "PRAGMA create_fts_index('chunks', 'id', 'text', stemmer = 'porter', "
             "stopwords = 'english', overwrite = 1)"
@@ -183,13 +193,13 @@ def build_indexes(
 
     DuckDB builds its FTS index on one core, in C++, without holding the GIL, so it can run
     next to the FAISS + BM25 build (at 100k chunks, ~14 s for both against ~16 s one after
-    the other). Its thread gets a lower priority, so that the search index, which agents are
-    waiting for, is published about as soon as when it is built alone. The search index is
+    the other). The FTS build runs at a lower priority, so that the search index, which agents
+    are waiting for, is published about as soon as when it is built alone. The search index is
     reported first; a failure of one build does not stop the other.
     """
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fts-build") as background:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fts-build") as threads:
         fts_build = (
-            background.submit(_in_background, build_fts_index, settings, force) if fts else None
+            threads.submit(build_fts_index, settings, force=force, background=True) if fts else None
         )
         if search_index:
             yield build_search_index(settings, force=force)
@@ -197,14 +207,12 @@ def build_indexes(
             yield fts_build.result()
 
 
-#: Nice value of background builds: they take the CPU the search index leaves over.
-BACKGROUND_NICE = 19
+#: Nice value of the FTS build beside the search index: it takes a smaller share of a busy
+#: machine (at 19 it all but stopped whenever other processes ran, and the step waits for it).
+BACKGROUND_NICE = 5
 
 
-def _in_background(
-    build: Callable[..., StageReport], settings: Settings, force: bool
-) -> StageReport:
+def _lower_this_threads_priority() -> None:
     if sys.platform.startswith("linux"):  # Linux gives each thread its own nice value
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
-    return build(settings, force=force)

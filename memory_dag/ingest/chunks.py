@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from memory_dag import progress
 from memory_dag.config import Settings
 from memory_dag.ingest.chunk_rows import (
     CHUNK_SCHEMA,
@@ -31,6 +32,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@progress.tracked("chunks")
 def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
     """(Re)chunk every file whose content changed since its chunks were made."""
     report = StageReport("chunks")

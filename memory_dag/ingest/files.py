@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from memory_dag import progress
 from memory_dag.config import Settings
 from memory_dag.ids import episode_id
 from memory_dag.ingest.sources import (
@@ -36,6 +37,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@progress.tracked("files")
 def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
     """Bring the store in line with the workspace: new, changed and deleted files.
 

@@ -35,6 +35,8 @@ CHARS_PER_TOKEN = 4
 PARALLEL_MIN_TEXTS = 2_000
 #: Batches of at least this many texts are counted by pieces (below, setting up costs more).
 PIECES_MIN_TEXTS = 2_000
+#: Texts cut into pieces at once: their pieces are held together (~1 GB for 100k texts).
+PIECES_BATCH = 100_000
 
 #: cl100k_base's pre-tokenizer: tiktoken cuts text into these pieces, then encodes each.
 CL100K_PATTERN = (
@@ -86,7 +88,12 @@ def count_tokens_batch(texts: list[str]) -> list[int]:
         return [math.ceil(len(text) / CHARS_PER_TOKEN) for text in texts]
     if len(texts) < PIECES_MIN_TEXTS or getattr(encoding, "_pat_str", None) != CL100K_PATTERN:
         return _count_whole(texts, encoding)
-    counts = _count_by_pieces(texts, encoding)
+    counts = np.concatenate(
+        [
+            _count_by_pieces(texts[start : start + PIECES_BATCH], encoding)
+            for start in range(0, len(texts), PIECES_BATCH)
+        ]
+    )
     left = np.flatnonzero(counts < 0)
     if len(left):
         counts[left] = _count_whole([texts[i] for i in left], encoding)

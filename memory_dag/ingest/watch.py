@@ -87,6 +87,22 @@ def scan_workspace(
     return changes, state
 
 
+def conversation_of(rel_path: str) -> str | None:
+    """The conversation a workspace file belongs to, or None (notes, our exported summaries)."""
+    parts = rel_path.split("/")
+    if parts[0] == "sessions" and len(parts) >= 3:
+        return "/".join(parts[1:-1])
+    if parts[0] == "entries" and len(parts) >= 3 and parts[2] not in ("summaries", "deleted"):
+        return parts[1]
+    return None
+
+
+def changed_conversations(changes: WorkspaceChanges) -> list[str]:
+    """The conversations of the new, changed and deleted files."""
+    paths = [*changes.new, *changes.changed, *changes.deleted]
+    return sorted({c for c in map(conversation_of, paths) if c is not None})
+
+
 def state_fingerprint(state: FileState) -> str:
     """Identifies one version of the whole workspace: the run key of the sensor's request."""
     digest = hashlib.sha256()

@@ -37,10 +37,14 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Literal
+
+import polars as pl
+
+from memory_dag.parallel import process_map
 
 EntityType = Literal[
     "person",
@@ -296,8 +300,14 @@ def _title_case(text: str) -> str:
     return " ".join(titled)
 
 
+_POSSESSIVE_END = re.compile(r"['’]s$")
+_NON_SPACE_RUN = re.compile(r"\S+")
+_EDGE_STOP = _ALWAYS_STOP | _CONNECTORS  # never the first or last word of a name
+_BEFORE_SENTENCE = " \t\"'“‘([*-•"  # what may stand between a sentence's start and its first word
+
+
 def _strip_possessive(text: str) -> str:
-    return re.sub(r"['’]s$", "", text)
+    return _POSSESSIVE_END.sub("", text)
 
 
 def _date_iso(text: str) -> str | None:
@@ -350,50 +360,61 @@ def _mention(text: str, start: int, type: str, confidence: float, provider: str)
 
 def _sentence_initial(text: str, position: int) -> bool:
     """True when only sentence punctuation, quotes, bullets or nothing precede `position`."""
-    before = text[:position].rstrip(" \t\"'“‘([*-•")
-    return not before or before[-1] in ".!?:;\n"
+    while position > 0 and text[position - 1] in _BEFORE_SENTENCE:
+        position -= 1
+    return position == 0 or text[position - 1] in ".!?:;\n"
 
 
-def _regex_entities(text: str) -> list[EntityMention]:
+#: The patterns of `_regex_entities`, in the order they are tried: (pattern, type, confidence).
+_REGEX_PATTERNS: tuple[tuple[re.Pattern[str], str, float], ...] = (
+    (_EMAIL, "email", 0.99),
+    (_URL, "url", 0.99),
+    (_MENTION, "mention", 0.95),
+    (_HASHTAG, "hashtag", 0.95),
+    *((pattern, "date", confidence) for pattern, confidence in _DATE_PATTERNS),
+)
+
+
+def _regex_entities(text: str, may: Sequence[bool] | None = None) -> list[EntityMention]:
+    """Emails, URLs, mentions, hashtags, dates; `may[i]` False: pattern i cannot match."""
     found: list[EntityMention] = []
-    for match in _EMAIL.finditer(text):
-        found.append(_mention(match.group(0), match.start(), "email", 0.99, REGEX_PROVIDER))
-    for match in _URL.finditer(text):
-        url = match.group(0).rstrip(".,;:!?")
-        found.append(_mention(url, match.start(), "url", 0.99, REGEX_PROVIDER))
-    for pattern, kind in ((_MENTION, "mention"), (_HASHTAG, "hashtag")):
+    for index, (pattern, kind, confidence) in enumerate(_REGEX_PATTERNS):
+        if may is not None and not may[index]:
+            continue
         for match in pattern.finditer(text):
-            found.append(_mention(match.group(0), match.start(), kind, 0.95, REGEX_PROVIDER))
-    for pattern, confidence in _DATE_PATTERNS:
-        for match in pattern.finditer(text):
-            if _iso_from_match(match) is not None:
-                found.append(
-                    _mention(match.group(0), match.start(), "date", confidence, REGEX_PROVIDER)
-                )
+            value = match.group(0)
+            if kind == "url":
+                value = value.rstrip(".,;:!?")
+            elif kind == "date" and _iso_from_match(match) is None:
+                continue
+            found.append(_mention(value, match.start(), kind, confidence, REGEX_PROVIDER))
     return found
 
 
 def _clean_name_span(text: str, start: int, end: int) -> tuple[int, int] | None:
     """Trim a possessive and stop words off a captured name; None when nothing is left."""
     span = text[start:end]
-    possessive = re.search(r"['’]s$", span)
+    possessive = _POSSESSIVE_END.search(span)
     if possessive:
         end -= 2
-    tokens = list(re.finditer(r"\S+", text[start:end]))
-    while tokens and tokens[0].group(0).lower() in _ALWAYS_STOP | _CONNECTORS:
+    tokens = list(_NON_SPACE_RUN.finditer(text, start, end))
+    while tokens and tokens[0].group(0).lower() in _EDGE_STOP:
         tokens.pop(0)
     while len(tokens) > 1 and tokens[0].group(0).lower() in _SENTENCE_STARTERS:
         tokens.pop(0)
-    while tokens and tokens[-1].group(0).lower() in _ALWAYS_STOP | _CONNECTORS:
+    while tokens and tokens[-1].group(0).lower() in _EDGE_STOP:
         tokens.pop()
     if not tokens:
         return None
-    return start + tokens[0].start(), start + tokens[-1].end()
+    return tokens[0].start(), tokens[-1].end()
 
 
-def _cue_entities(text: str) -> list[EntityMention]:
+def _cue_entities(text: str, may: Sequence[bool] | None = None) -> list[EntityMention]:
+    """Names after (or before) a context cue; `may[i]` False: cue i cannot match."""
     found: list[EntityMention] = []
-    for pattern, kind, confidence in _CUES:
+    for index, (pattern, kind, confidence) in enumerate(_CUES):
+        if may is not None and not may[index]:
+            continue
         for match in pattern.finditer(text):
             if not match.group("name")[:1].isupper():
                 continue
@@ -411,7 +432,7 @@ def _split_run(text: str, match: re.Match[str]) -> list[tuple[int, int]]:
     pieces: list[tuple[int, int]] = []
     current: list[tuple[int, int]] = []
     initial = _sentence_initial(text, match.start())
-    for token in re.finditer(r"\S+", match.group(0)):
+    for token in _NON_SPACE_RUN.finditer(text, match.start(), match.end()):
         word = _strip_possessive(token.group(0)).lower()
         stop = word in _ALWAYS_STOP or (initial and not current and word in _SENTENCE_STARTERS)
         if stop:
@@ -420,7 +441,7 @@ def _split_run(text: str, match: re.Match[str]) -> list[tuple[int, int]]:
                 current = []
             initial = False
             continue
-        current.append((match.start() + token.start(), match.start() + token.end()))
+        current.append((token.start(), token.end()))
     if current:
         pieces.append((current[0][0], current[-1][1]))
     return pieces
@@ -435,7 +456,7 @@ def _clearly_a_name(text: str, start: int, end: int) -> bool:
             return True
     if _strip_possessive(word).lower().endswith("ing"):
         return False  # a gerund ("Painting looks great"), not a name
-    if re.match(r"['’]s\b", text[end:]) or re.search(r"['’]s$", word):
+    if re.match(r"['’]s\b", text[end:]) or _POSSESSIVE_END.search(word):
         return True
     following = re.match(r"\s+([a-z]+)", text[end:])
     return bool(following and following.group(1) in _SUBJECT_VERBS)
@@ -522,12 +543,73 @@ def extract_entities(
     text: str, strategy: Literal["fast", "accurate"] = "fast"
 ) -> list[EntityMention]:
     """Entities in `text`, sorted by position, with overlapping spans resolved."""
+    return _extract(text, strategy, None)
+
+
+def extract_entities_batch(
+    texts: Sequence[str], strategy: Literal["fast", "accurate"] = "fast"
+) -> list[list[EntityMention]]:
+    """`extract_entities` of each text, the same mentions, faster for many texts.
+
+    Most texts hold no email, date or cue ("my wife", "lives in"), yet each of those ~20
+    patterns costs Python's `re` a scan of every text. Polars first tests a pattern that
+    matches wherever each of them does (`_PREFILTERS`); `re` then runs a pattern only on the
+    texts where that test found something. Large batches are shared by worker processes.
+    """
+    if strategy == "accurate":  # spaCy's model stays loaded in this process
+        return _extract_prefiltered(texts, strategy)
+    return process_map(_extract_prefiltered, texts)
+
+
+def _extract_prefiltered(
+    texts: Sequence[str], strategy: Literal["fast", "accurate"] = "fast"
+) -> list[list[EntityMention]]:
+    if len(texts) < BATCH_MIN_TEXTS:
+        return [_extract(text, strategy, None) for text in texts]
+    column = pl.Series("text", list(texts), dtype=pl.String)
+    may = pl.DataFrame(
+        [column.str.contains(prefilter).alias(str(i)) for i, prefilter in enumerate(_PREFILTERS)]
+    ).to_numpy()
+    return [_extract(text, strategy, row) for text, row in zip(texts, may, strict=True)]
+
+
+def _extract(
+    text: str, strategy: Literal["fast", "accurate"], may: Sequence[bool] | None
+) -> list[EntityMention]:
     if strategy not in ("fast", "accurate"):
         raise ValueError(f"unknown NER strategy {strategy!r}")
-    mentions = _regex_entities(text) + _cue_entities(text) + _name_entities(text)
+    regexes = len(_REGEX_PATTERNS)
+    mentions = (
+        _regex_entities(text, None if may is None else may[:regexes])
+        + _cue_entities(text, None if may is None else may[regexes:])
+        + _name_entities(text)
+    )
     if strategy == "accurate":
         mentions += _spacy_entities(text)
     return deduplicate_overlaps(mentions)
+
+
+#: Below this many texts a batch is extracted one text at a time (no Polars pass).
+BATCH_MIN_TEXTS = 64
+
+
+def _necessary(pattern: re.Pattern[str]) -> str:
+    """A pattern (in Polars' syntax) that matches wherever `pattern` does: the cue without its
+    name, which stands at one end of each cue, so what is left is a substring of any match."""
+    source = pattern.pattern.replace(_CASED_NAME, "")
+    return ("(?i)" if pattern.flags & re.IGNORECASE else "") + source
+
+
+#: One test per pattern of `_REGEX_PATTERNS`, then of `_CUES` (see `extract_entities_batch`).
+#: The first four patterns look behind, which Polars cannot: their tests are a character.
+_PREFILTERS: tuple[str, ...] = (
+    "@",
+    r"(?i)https?://|www\.",
+    "@",
+    "#",
+    *(_necessary(pattern) for pattern, _ in _DATE_PATTERNS),
+    *(_necessary(pattern) for pattern, _, _ in _CUES),
+)
 
 
 def _types_compatible(a: str, b: str) -> bool:

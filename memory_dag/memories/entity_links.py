@@ -27,7 +27,7 @@ from memory_dag.memories.entities import (
     KnownEntity,
     canonical_name,
     deduplicate_overlaps,
-    extract_entities,
+    extract_entities_batch,
     resolve,
 )
 from memory_dag.store.connection import insert_arrow
@@ -169,11 +169,12 @@ class EntityLinker:
             self._entity_names.setdefault(alias.casefold(), set()).add(entity.id)
         return entity
 
-    def _mentions(self, memory_id: str, text: str) -> list[EntityMention]:
-        """The fast extractor's entities, plus the speaker of a fact named in it: a fact is
-        about the person who said it, whatever the capitalisation heuristics make of the name
-        ("Sam now hates pizza." has no cue that "Sam" is a name)."""
-        mentions = extract_entities(text)
+    def _mentions(
+        self, memory_id: str, text: str, mentions: list[EntityMention]
+    ) -> list[EntityMention]:
+        """The fast extractor's entities (`mentions`), plus the speaker of a fact named in it:
+        a fact is about the person who said it, whatever the capitalisation heuristics make of
+        the name ("Sam now hates pizza." has no cue that "Sam" is a name)."""
         speaker = self._speakers.get(memory_id)
         found = re.search(rf"\b{re.escape(speaker)}\b", text) if speaker else None
         if speaker and found:
@@ -211,9 +212,11 @@ class EntityLinker:
         now = datetime.now(UTC)
         links: list[dict[str, Any]] = []
         touched: dict[str, _Entity] = {}
-        for memory_id, text in dict(items).items():
+        texts = dict(items)
+        extracted = extract_entities_batch(list(texts.values()))
+        for (memory_id, text), found in zip(texts.items(), extracted, strict=True):
             linked: set[str] = set()
-            for mention in self._mentions(memory_id, text):
+            for mention in self._mentions(memory_id, text, found):
                 entity = self._resolve_entity(mention)
                 touched[entity.id] = entity
                 if entity.id in linked:

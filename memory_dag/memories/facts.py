@@ -85,14 +85,21 @@ def split_sentences(text: str) -> list[str]:
     for line in text.splitlines():
         start = 0
         for match in _BOUNDARY.finditer(line):
-            before = re.search(r"(\S+)$", line[: match.start() + 1])
-            word = before.group(1).rstrip(".").lower() if before else ""
+            word = _word_ending_at(line, match.start() + 1).rstrip(".").lower()
             if match.group(0).startswith(".") and (word in _ABBREVIATIONS or len(word) == 1):
                 continue
             sentences.append(line[start : match.end()].strip())
             start = match.end()
         sentences.append(line[start:].strip())
     return [sentence for sentence in sentences if sentence]
+
+
+def _word_ending_at(line: str, end: int) -> str:
+    """The run of non-space characters that ends at `end` (what `(\\S+)$` finds before it)."""
+    start = end
+    while start > 0 and not line[start - 1].isspace():
+        start -= 1
+    return line[start:end]
 
 
 # Seed 003 §9: a memory is written in the third person and stands alone.

@@ -6,6 +6,7 @@ memories the scope may read are listed, and a scoped store needs a user.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from memory_dag.config import Settings
@@ -176,17 +177,19 @@ _SUPERSEDED_SQL = """
 """
 
 
-def superseded_turns(con: Any, conversation_id: str | None = None) -> dict[str, str | None]:
+def superseded_turns(
+    con: Any, conversation_ids: Sequence[str] | None = None
+) -> dict[str, str | None]:
     """episode id -> the memory that superseded what the turn said (None: forgotten, or the
     contradicting fact is not known), for turns a newer statement overruled. Read on an open
-    connection; restricted to one conversation when given."""
+    connection; restricted to these conversations when given."""
     query = (
         f"SELECT s.episode, s.by FROM ({_SUPERSEDED_SQL}) s "
         "JOIN memories e ON e.id = s.episode AND e.kind = 'episode'"
     )
     params: list[Any] = []
-    if conversation_id is not None:
-        query += " WHERE e.conversation_id = ?"
-        params.append(conversation_id)
+    if conversation_ids is not None:
+        query += " WHERE e.conversation_id IN (SELECT unnest(?::TEXT[]))"
+        params.append(list(conversation_ids))
     rows = con.execute(query + " ORDER BY 1, 2 NULLS FIRST", params).fetchall()
     return dict(rows)

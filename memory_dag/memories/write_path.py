@@ -30,7 +30,7 @@ Sessions are written in all-or-nothing batches, so a crash leaves them pending; 
 before the store is opened, so its LLM latency does not hold DuckDB's write lock
 (reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
 
-Kept as one module (~640 lines): one run, read -> extract -> reconcile -> write per batch of
+Kept as one module (~680 lines): one run, read -> extract -> reconcile -> write per batch of
 sessions, live and closing alike; the sessions themselves are in `sessions.py`, the consent
 gate that holds changes of user-context fields in `consent.py`.
 """
@@ -44,13 +44,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
+
+from memory_dag import progress
 from memory_dag.config import Settings
-from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.embed.providers import get_provider
 from memory_dag.ids import text_hash
-from memory_dag.index.build import build_fts_index, build_search_index
-from memory_dag.ingest.chunks import build_chunks
-from memory_dag.ingest.files import sync_files
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
 from memory_dag.memories.consent import ConsentGate
 from memory_dag.memories.fact_rules import extract_facts_rules
@@ -79,9 +78,10 @@ from memory_dag.memories.sessions import (
     sessions_due,
 )
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
+from memory_dag.parallel import process_map
 from memory_dag.reports import StageReport
 from memory_dag.scope import known_category, owner_key
-from memory_dag.store.connection import fetch_dicts, open_store
+from memory_dag.store.connection import fetch_dicts, open_store, registered
 
 ACTOR = "write_path"
 NEIGHBOURS_BY_VECTOR = 5
@@ -183,22 +183,29 @@ Extracted = tuple[list[FactCandidate], LLMError | None, list[str]]
 
 
 def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracted]:
-    """Fact candidates of each turn (LLM calls run on the client's bounded thread pool)."""
+    """Fact candidates of each turn (LLM calls run on the client's bounded thread pool; the
+    rules, on many turns, in worker processes)."""
+    if llm is None:
+        said = [(t.content, t.speaker, t.turn_id) for t in turns]
+        return [(found, None, rejected) for found, rejected in process_map(_extract_by_rules, said)]
 
     def extract(turn: UserTurn) -> Extracted:
         rejected: list[str] = []
-        if llm is None:
-            return (
-                extract_facts_rules(turn.content, turn.speaker, turn.turn_id, rejected),
-                None,
-                rejected,
-            )
         found, error = extract_facts_llm(llm, turn.content, turn.speaker, turn.turn_id, rejected)
         return found, error, rejected
 
-    if llm is None:
-        return [extract(turn) for turn in turns]
     return llm.map(extract, turns)
+
+
+def _extract_by_rules(
+    said: Sequence[tuple[str, str | None, str]],
+) -> list[tuple[list[FactCandidate], list[str]]]:
+    """Rule extraction of a slice of turns: (candidates, rejected facts) of each."""
+    results = []
+    for text, speaker, turn_id in said:
+        rejected: list[str] = []
+        results.append((extract_facts_rules(text, speaker, turn_id, rejected), rejected))
+    return results
 
 
 def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:
@@ -404,6 +411,7 @@ def fact_memory(turn: UserTurn, text: str, candidate: FactCandidate | None) -> N
     )
 
 
+@progress.tracked("facts")
 def consolidate(
     settings: Settings,
     *,
@@ -435,6 +443,7 @@ def consolidate(
         live = [s for s in sessions if s.consolidated_at is None and s.path not in closing]
         order = {session.path: position for position, session in enumerate(sessions)}
         due = sorted([*due, *live], key=lambda s: order[s.path])  # oldest first, as said
+        progress.set_total(len(due), "sessions")
         pending = _pending_turns(con, due)
 
     mark = time.perf_counter()
@@ -461,6 +470,9 @@ def consolidate(
             [written, PREVIEW_ROWS],
         )
     report.counts = counts
+    report.conversations = sorted(
+        {s.conversation_id or "" for s in due if s.path in closing or pending[s.path]}
+    )
     report.timings = {key: round(value, 3) for key, value in timings.items()}
     if counts["relations"]:
         ms_per_edge = 1000 * timings["relations"] / counts["relations"]
@@ -503,20 +515,41 @@ def _write_sessions(
             writer = MemoryWriter(con, provider, actor=ACTOR, now=now)
             opened = time.monotonic()
             with writer.transaction():
+                # One query each for what the sessions below would look up one by one.
+                remaining = due[position:]
+                writer.prefetch_facts(
+                    owner_key(t.user_id, t.conversation_id)
+                    for s in remaining
+                    for t in pending[s.path]
+                )
+                writer.prefetch_vectors(
+                    [
+                        c.text
+                        for s in remaining
+                        for t in pending[s.path]
+                        for c in extracted[t.key][0]
+                    ]
+                )
+                marks: list[dict[str, Any]] = []
                 while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
                     session, turns = due[position], pending[due[position].path]
                     position += 1
                     if session.path not in closing and not turns:
+                        progress.advance()
                         continue  # a live session with nothing new
                     session_writer = write_turns(
                         writer, turns, llm=llm, extracted=extracted, counts=counts
                     )
                     closed = session.path in closing
-                    _mark_session(writer, session, turns, session_writer, method, closed=closed)
+                    marks.append(
+                        _mark_session(writer, session, turns, session_writer, method, closed=closed)
+                    )
                     counts["sessions_consolidated" if closed else "sessions_observed"] += 1
+                    progress.advance()
                     timings["reconcile"] += session_writer.timings["reconcile"]
                     timings["write"] += session_writer.timings["write"]
                     written.extend(session_writer.written)
+                _write_marks(writer, marks)
         for key in ("entities_created", "entity_links", "relations", "llm_failures"):
             counts[key] += writer.counts.get(key, 0)
         timings["relations"] += writer.relation_seconds
@@ -540,17 +573,12 @@ def _mark_session(
     method: str,
     *,
     closed: bool,
-) -> None:
+) -> dict[str, Any]:
     """Record the turns this run examined: a closed session is consolidated (op
     `consolidate`); a live one only `observe`s them, leaving turns whose extraction failed for
-    a later run or its close (seed 004's re-check)."""
+    a later run or its close (seed 004's re-check). Returns its `sessions_consolidations`
+    mark, written with the batch's others by `_write_marks`."""
     written = len(session_writer.written)
-    writer.con.execute(
-        "UPDATE sessions_consolidations SET consolidated_at = "
-        + ("?" if closed else "consolidated_at")
-        + ", facts_written = coalesce(facts_written, 0) + ?, method = ? WHERE path = ?",
-        [*([writer.now()] if closed else []), written, method, session.path],
-    )
     failed = set() if closed else set(session_writer.failed)
     meta = {"path": session.path, "session_id": session.session_id}
     writer.record_event(
@@ -567,11 +595,39 @@ def _mark_session(
             "turns": [turn.key for turn in turns if turn.key not in failed],
         },
     )
+    closed_at = writer.now() if closed else None
+    return {"path": session.path, "written": written, "method": method, "at": closed_at}
+
+
+_MARK_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("written", pa.int32()),
+        ("method", pa.string()),
+        ("at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def _write_marks(writer: MemoryWriter, marks: list[dict[str, Any]]) -> None:
+    """Record a batch's sessions in one statement (`at` is None for a live session: it stays
+    open)."""
+    if not marks:
+        return
+    con = writer.con
+    with registered(con, "_marks", pa.Table.from_pylist(marks, schema=_MARK_SCHEMA)):
+        con.execute(
+            "UPDATE sessions_consolidations "
+            "SET consolidated_at = coalesce(m.at, sessions_consolidations.consolidated_at), "
+            "facts_written = coalesce(facts_written, 0) + m.written, method = m.method "
+            "FROM _marks m WHERE sessions_consolidations.path = m.path"
+        )
 
 
 # --------------------------------------------------------------------------- entities
 
 
+@progress.tracked("entities")
 def link_pending_entities(
     settings: Settings, kinds: tuple[str, ...] = ("episode", "fact")
 ) -> StageReport:
@@ -586,14 +642,17 @@ def link_pending_entities(
     with open_store(settings.db_path) as con:
         writer = MemoryWriter(con, get_provider(settings), actor=ACTOR)
         pending = con.execute(
-            "SELECT id, content FROM memories WHERE kind IN (SELECT unnest(?::TEXT[])) "
+            "SELECT id, content, conversation_id FROM memories "
+            "WHERE kind IN (SELECT unnest(?::TEXT[])) "
             "AND json_extract_string(attributes, '$.entities_at') IS NULL "
             "ORDER BY coalesce(event_time, created_at), id",
             [list(kinds)],
         ).fetchall()
+        progress.set_total(len(pending), "memories")
         with writer.transaction():
             orphans = _drop_orphan_links(con)
             writer.link_entities([(row[0], row[1]) for row in pending])
+        progress.advance(len(pending))
         totals = con.execute(
             "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM memory_entities)"
         ).fetchone()
@@ -603,6 +662,7 @@ def link_pending_entities(
             "ORDER BY mention_count DESC, canonical_name LIMIT ?",
             [PREVIEW_ROWS],
         )
+    report.conversations = sorted({row[2] or "" for row in pending})
     report.counts = {
         "memories_linked": len(pending),
         "entities_created": writer.counts.get("entities_created", 0),
@@ -627,21 +687,3 @@ def _drop_orphan_links(con: Any) -> int:
         "DELETE FROM memory_entities WHERE memory_id NOT IN (SELECT id FROM memories)"
     ).fetchone()
     return int(row[0]) if row else 0
-
-
-# --------------------------------------------------------------------------- whole runs
-
-
-def run_all(
-    settings: Settings, *, include_open: bool = False, llm: LLMClient | None = None
-) -> list[StageReport]:
-    """Ingest, consolidate, link entities, embed and index, in this process (no Dagster)."""
-    return [
-        sync_files(settings),
-        build_chunks(settings),
-        consolidate(settings, include_open=include_open, llm=llm),
-        link_pending_entities(settings),
-        embed_chunks(settings),
-        build_search_index(settings),
-        build_fts_index(settings),
-    ]

@@ -11,7 +11,10 @@ trail. Inside `with writer.transaction():` each write:
   stage does not redo it, queues its entity links (`entity_links.py`), and queues `related_to`
   edges to its most similar active facts of the same conversation (`relations.py`).
 
-Those rows are buffered and written in bulk when the transaction commits.
+Those rows, the new memories and the events are buffered and written in bulk: a DuckDB
+statement costs about a millisecond, one per row would dominate a consolidation run. New
+memories are written before anything reads or updates `memories` (`writer.con` flushes them
+first), so a transaction always sees its own writes.
 
 * `restore` refuses a memory that was replaced by a correction or an update while the replacement
   is active: two versions of one fact would both be served. Forget the replacement first.
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,19 +37,72 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from memory_dag.embed.cache import VectorCache
 from memory_dag.embed.providers import EmbeddingProvider
 from memory_dag.memories.entity_links import EntityLinker
 from memory_dag.memories.history import HistoryLog
 from memory_dag.memories.relations import LINK_MIN, LINK_TOP_K, FactSet, related_edges, write_edges
-from memory_dag.scope import check_category, owner_key, owner_where
-from memory_dag.store.connection import fetch_dicts, to_json
+from memory_dag.scope import OWNER_SQL, check_category, owner_key
+from memory_dag.store.connection import fetch_dicts, insert_arrow, to_json
 
 #: Facts decay by default (seed 004); `confirm` sets the rate to 0.
 FACT_DECAY_RATE = 0.1
 
 _ID_PREFIX = {"fact": "fact_", "summary": "sum_", "reflection": "ref_", "insight": "ins_"}
+
+_TS = pa.timestamp("us", tz="UTC")
+#: The columns a new memory is written with (the rest take their defaults).
+_MEMORY_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("kind", pa.string()),
+        ("content", pa.string()),
+        ("conversation_id", pa.string()),
+        ("session_id", pa.string()),
+        ("user_id", pa.string()),
+        ("agent_id", pa.string()),
+        ("source_role", pa.string()),
+        ("speaker", pa.string()),
+        ("event_time", _TS),
+        ("created_at", _TS),
+        ("confidence", pa.float64()),
+        ("importance", pa.int32()),
+        ("category", pa.string()),
+        ("decay_rate", pa.float64()),
+        ("source_ids", pa.list_(pa.string())),
+        ("tags", pa.list_(pa.string())),
+        ("attributes", pa.string()),
+        ("supersedes", pa.string()),
+        ("valid_until", _TS),
+        ("state", pa.string()),
+        ("replaced_by", pa.string()),
+        ("purge_at", _TS),
+    ]
+)
+#: What `SELECT *` gives for the columns a new memory is not written with (their defaults).
+_UNWRITTEN_COLUMNS: dict[str, Any] = {
+    "turn_id": None,
+    "path": None,
+    "line": None,
+    "pinned": False,
+    "access_count": 0,
+    "last_accessed": None,
+}
+_EVENT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("conversation_id", pa.string()),
+        ("node", pa.string()),
+        ("op", pa.string()),
+        ("status", pa.string()),
+        ("memory_id", pa.string()),
+        ("detail", pa.string()),
+        ("meta", pa.string()),
+        ("ts", _TS),
+    ]
+)
 
 
 class MemoryOpError(ValueError):
@@ -116,7 +172,7 @@ class MemoryWriter:
         link_min: float = LINK_MIN,
         now: datetime | None = None,
     ) -> None:
-        self.con = con
+        self._con = con
         self.now = Clock(now)
         self.provider = provider
         self.actor = actor
@@ -134,6 +190,14 @@ class MemoryWriter:
         self.log_change = self._log.log_change
         self._entities = EntityLinker(con, self._count)
         self._pending_edges: list[dict[str, Any]] = []
+        self._new_memories: dict[str, dict[str, Any]] = {}  # id -> row, in write order
+        self._events: list[dict[str, Any]] = []
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The connection, with the memories written so far in it (buffered ones are flushed)."""
+        self._flush_memories()
+        return self._con
 
     # ----------------------------------------------------------------- transactions
 
@@ -143,20 +207,22 @@ class MemoryWriter:
         buffered and written in bulk before COMMIT (one statement each, not one per write)."""
         if self._in_transaction:
             raise RuntimeError("MemoryWriter transactions do not nest")
-        self.con.execute("BEGIN TRANSACTION")
+        self._con.execute("BEGIN TRANSACTION")
         self._in_transaction = True
         try:
             yield self
             self._flush()
-            self.con.execute("COMMIT")
+            self._con.execute("COMMIT")
         except BaseException:
-            self.con.execute("ROLLBACK")
+            self._con.execute("ROLLBACK")
             # In-memory views may hold rows that were rolled back: load them again when needed.
             self._fact_sets.clear()
             self._vectors.reset()
             self._log.reset()
             self._entities.reset()
             self._pending_edges.clear()
+            self._new_memories.clear()
+            self._events.clear()
             raise
         finally:
             self._in_transaction = False
@@ -171,6 +237,9 @@ class MemoryWriter:
     # ----------------------------------------------------------------- reading
 
     def get(self, memory_id: str) -> dict[str, Any] | None:
+        buffered = self._new_memories.get(memory_id)
+        if buffered is not None:  # written in this transaction, not flushed yet
+            return {**_UNWRITTEN_COLUMNS, **buffered}
         rows = fetch_dicts(self.con, "SELECT * FROM memories WHERE id = ?", [memory_id])
         return rows[0] if rows else None
 
@@ -186,17 +255,32 @@ class MemoryWriter:
         """Vectors of `texts`, from the embedding cache when present; new ones are cached."""
         return self._vectors.embed(texts, defer=self._in_transaction)
 
+    def prefetch_vectors(self, texts: Sequence[str]) -> None:
+        """Look these texts up in the embedding cache at once, before embedding them in parts."""
+        self._vectors.prefetch(texts)
+
     def facts(self, owner: str) -> FactSet:
         """The active facts of one owner (`scope.owner_key`: a user, else a conversation)."""
-        key = owner
-        if key not in self._fact_sets:
-            where, params = owner_where(owner)
-            rows = self.con.execute(
-                f"SELECT id, content FROM facts WHERE {where} ORDER BY created_at, id", params
-            ).fetchall()
-            texts = [row[1] for row in rows]
-            self._fact_sets[key] = FactSet([row[0] for row in rows], texts, self.embed(texts))
-        return self._fact_sets[key]
+        if owner not in self._fact_sets:
+            self.prefetch_facts([owner])
+        return self._fact_sets[owner]
+
+    def prefetch_facts(self, owners: Iterable[str]) -> None:
+        """Load the active facts of these owners (`scope.owner_key`) with one query."""
+        keys = sorted(set(owners) - self._fact_sets.keys())
+        if not keys:
+            return
+        found: dict[str, list[tuple[str, str]]] = {key: [] for key in keys}
+        for key, memory_id, content in self.con.execute(
+            f"SELECT {OWNER_SQL}, id, content FROM facts "
+            f"WHERE {OWNER_SQL} IN (SELECT unnest(?::TEXT[])) ORDER BY created_at, id",
+            [keys],
+        ).fetchall():
+            found[key].append((memory_id, content))
+        self._vectors.prefetch([content for rows in found.values() for _, content in rows])
+        for key, rows in found.items():  # embedded per owner, as they always were
+            texts = [content for _, content in rows]
+            self._fact_sets[key] = FactSet([i for i, _ in rows], texts, self.embed(texts))
 
     # ----------------------------------------------------------------- writes
 
@@ -228,11 +312,13 @@ class MemoryWriter:
         self._require_transaction()
         old = self.active(old_id)
         memory_id = memory_id or new_memory_id(memory.kind)
-        self.con.execute(
-            "UPDATE memories SET valid_until = ?, state = 'soft_deleted', replaced_by = ? "
-            "WHERE id = ?",
-            [self.now(), memory_id, old_id],
-        )
+        changes = {"valid_until": self.now(), "state": "soft_deleted", "replaced_by": memory_id}
+        if not self._change_buffered(old_id, changes):
+            self.con.execute(
+                "UPDATE memories SET valid_until = ?, state = 'soft_deleted', replaced_by = ? "
+                "WHERE id = ?",
+                [changes["valid_until"], memory_id, old_id],
+            )
         self._forget_fact(old)
         self._insert(memory_id, memory, supersedes=old_id)
         details = {"old_text": old["content"], "new_text": memory.content, **(meta or {})}
@@ -259,11 +345,13 @@ class MemoryWriter:
         old = self.active(memory_id)
         now = self.now()
         purge_at = now + timedelta(days=purge_after_days) if purge_after_days else None
-        self.con.execute(
-            "UPDATE memories SET valid_until = ?, state = 'soft_deleted', purge_at = ? "
-            "WHERE id = ?",
-            [now, purge_at, memory_id],
-        )
+        changes = {"valid_until": now, "state": "soft_deleted", "purge_at": purge_at}
+        if not self._change_buffered(memory_id, changes):
+            self.con.execute(
+                "UPDATE memories SET valid_until = ?, state = 'soft_deleted', purge_at = ? "
+                "WHERE id = ?",
+                [now, purge_at, memory_id],
+            )
         self._forget_fact(old)
         details = {"text": old["content"], **(meta or {})}
         self.history(memory_id, event, old_ref=memory_id, new_ref=new_ref, meta=details)
@@ -333,22 +421,24 @@ class MemoryWriter:
         detail: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> None:
-        """An operational event (seed 003 §14): LLM failures, consolidations, reopenings."""
-        self.con.execute(
-            "INSERT INTO events (id, conversation_id, node, op, status, memory_id, detail, "
-            "meta, ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                "evt_" + uuid.uuid4().hex[:20],
-                conversation_id,
-                node,
-                op,
-                status,
-                memory_id,
-                detail,
-                to_json(meta or {}),
-                self.now(),
-            ],
+        """An operational event (seed 003 §14): LLM failures, consolidations, reopenings.
+
+        Inside a transaction it is written at commit, with the transaction's other rows."""
+        self._events.append(
+            {
+                "id": "evt_" + uuid.uuid4().hex[:20],
+                "conversation_id": conversation_id,
+                "node": node,
+                "op": op,
+                "status": status,
+                "memory_id": memory_id,
+                "detail": detail,
+                "meta": to_json(meta or {}),
+                "ts": self.now(),
+            }
         )
+        if not self._in_transaction:
+            self._flush_events()
         if status == "error":
             self._count("llm_failures" if op in ("extract", "reconcile") else "errors")
 
@@ -360,35 +450,51 @@ class MemoryWriter:
 
     def _insert(self, memory_id: str, memory: NewMemory, supersedes: str | None = None) -> None:
         check_category(memory.category)
-        self.con.execute(
-            """
-            INSERT INTO memories (id, kind, content, conversation_id, session_id, user_id,
-                agent_id, source_role, speaker, event_time, created_at, confidence, importance,
-                category, decay_rate, source_ids, tags, attributes, supersedes)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::TEXT[], ?::TEXT[], ?, ?)
-            """,
-            [
-                memory_id,
-                memory.kind,
-                memory.content,
-                memory.conversation_id,
-                memory.session_id,
-                memory.user_id,
-                memory.agent_id,
-                memory.source_role,
-                memory.speaker,
-                memory.event_time,
-                self.now(),
-                memory.confidence,
-                memory.importance,
-                memory.category,
-                memory.decay_rate,
-                list(memory.source_ids),
-                list(memory.tags),
-                to_json(memory.attributes) if memory.attributes else None,
-                supersedes,
-            ],
-        )
+        self._new_memories[memory_id] = {
+            "id": memory_id,
+            "kind": memory.kind,
+            "content": memory.content,
+            "conversation_id": memory.conversation_id,
+            "session_id": memory.session_id,
+            "user_id": memory.user_id,
+            "agent_id": memory.agent_id,
+            "source_role": memory.source_role,
+            "speaker": memory.speaker,
+            "event_time": memory.event_time,
+            "created_at": self.now(),
+            "confidence": memory.confidence,
+            "importance": memory.importance,
+            "category": memory.category,
+            "decay_rate": memory.decay_rate,
+            "source_ids": list(memory.source_ids),
+            "tags": list(memory.tags),
+            "attributes": to_json(memory.attributes) if memory.attributes else None,
+            "supersedes": supersedes,
+            "valid_until": None,
+            "state": "active",
+            "replaced_by": None,
+            "purge_at": None,
+        }
+
+    def _change_buffered(self, memory_id: str, changes: dict[str, Any]) -> bool:
+        """Apply `changes` to a memory written in this transaction but not flushed yet, in the
+        buffer (instead of an UPDATE, which would flush it first); False when it is not there."""
+        row = self._new_memories.get(memory_id)
+        if row is not None:
+            row.update(changes)
+        return row is not None
+
+    def _flush_memories(self) -> None:
+        if self._new_memories:
+            rows = pa.Table.from_pylist(list(self._new_memories.values()), schema=_MEMORY_SCHEMA)
+            self._new_memories = {}
+            insert_arrow(self._con, "memories", rows)
+
+    def _flush_events(self) -> None:
+        if self._events:
+            rows = pa.Table.from_pylist(self._events, schema=_EVENT_SCHEMA)
+            self._events = []
+            insert_arrow(self._con, "events", rows)
 
     def _after_insert(self, memory_id: str, memory: NewMemory) -> None:
         self.link_entities([(memory_id, memory.content)])
@@ -412,11 +518,13 @@ class MemoryWriter:
                 self._fact_sets[key].remove(row["id"])
 
     def _flush(self) -> None:
+        self._flush_memories()  # first: entity links mark the new memories
+        self._flush_events()
         self._vectors.flush()
         self._log.flush()
         if self._pending_edges:
             started = time.perf_counter()
-            self._count("relations", write_edges(self.con, self._pending_edges))
+            self._count("relations", write_edges(self._con, self._pending_edges))
             self._pending_edges = []
             self.relation_seconds += time.perf_counter() - started
         self._entities.flush()

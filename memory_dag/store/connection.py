@@ -22,6 +22,10 @@ import pyarrow as pa
 
 from memory_dag.store.schema import MIGRATIONS, SCHEMA_VERSION
 
+#: DuckDB's memory for one process's store connections; beyond it, large queries and the FTS
+#: build spill to disk (`<store>.tmp/`). `MEMORY_DAG_DUCKDB_MEMORY_LIMIT` overrides it.
+DUCKDB_MEMORY_LIMIT = os.environ.get("MEMORY_DAG_DUCKDB_MEMORY_LIMIT", "2GB")
+
 
 class StoreLockedError(RuntimeError):
     """Another process kept the store's write lock for longer than we were willing to wait."""
@@ -82,6 +86,8 @@ def connect(
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+    # DuckDB would take up to 80% of the machine's memory before spilling to disk.
+    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
     if not read_only:
         migrate(con)
     return con
@@ -144,13 +150,21 @@ def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: pa.Table) -> 
     """Bulk insert through Arrow (DuckDB's executemany is ~1,000x slower)."""
     if rows.num_rows == 0:
         return 0
-    con.register("_incoming", rows)
-    try:
+    with registered(con, "_incoming", rows):
         columns = ", ".join(rows.column_names)
         con.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM _incoming")
-    finally:
-        con.unregister("_incoming")
     return rows.num_rows
+
+
+@contextmanager
+def registered(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> Iterator[None]:
+    """`rows` readable as the view `name` inside the block (an `UPDATE ... FROM name` of many
+    rows in one statement)."""
+    con.register(name, rows)
+    try:
+        yield
+    finally:
+        con.unregister(name)
 
 
 def fetch_arrow(

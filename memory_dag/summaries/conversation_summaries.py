@@ -1,4 +1,4 @@
-"""A conversation's summary tree in the store: gather its input, summarize, replace atomically.
+"""A conversation's summary tree in the store: gather its input, replace the tree atomically.
 
 Input (seed 001 §2.4, seed 000 §4.4): every turn of the conversation rendered `Speaker: text`
 under a dated header per session (transcript episodes, then `entries/<id>/turns/` notes), the
@@ -24,10 +24,11 @@ the new rows are inserted: they keep their content, get `valid_until`/`state='so
 and the id suffix `#g{generation}`, so the canonical ids are free for the new tree and no
 reader ever sees a half-written or doubled tree.
 
-No connection is held while the summarizer runs (it may call an LLM for minutes): the store
-is opened once to read and once to write.
+Inputs are gathered, and trees written, for many conversations at once (one query per table,
+one transaction); `refresh.py` decides which conversations are due and runs the summarizer
+between the two, holding no connection meanwhile (it may call an LLM for minutes).
 
-Kept as one module (~620 lines): gathering a conversation's input, writing its tree in one
+Kept as one module (~640 lines): gathering a conversation's input, writing its tree in one
 transaction and reading it back share one row layout; split, it would be spread over files.
 """
 
@@ -36,8 +37,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -50,16 +51,20 @@ from memory_dag.config import Settings
 from memory_dag.ingest.sources import Turn, render_turn
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.memories.lookups import superseded_turns
-from memory_dag.store.connection import fetch_dicts, insert_arrow, open_store, to_json
+from memory_dag.store.connection import (
+    fetch_dicts,
+    insert_arrow,
+    open_store,
+    registered,
+    to_json,
+)
 from memory_dag.summaries.provenance import Content, Source, chunk_sources
 from memory_dag.summaries.summarizer import (
     SUPERSEDED_MARK,
-    SummarizationError,
     SummarizerConfig,
     SummaryLevel,
     SummaryResult,
     chunk_text,
-    summarize,
 )
 
 #: `events.node` of everything recorded here.
@@ -178,38 +183,88 @@ def gather_input(
     con: duckdb.DuckDBPyConnection, conversation_id: str, summarizer: str
 ) -> ConversationInput:
     """Read a conversation's turns, shared facts and prior L3 into the summarizer's input."""
-    prior = read_final_summary(con, conversation_id)
-    since = prior.created_at if prior is not None else None
+    return gather_inputs(con, [conversation_id], summarizer)[0]
 
-    episodes = fetch_dicts(
+
+def gather_inputs(
+    con: duckdb.DuckDBPyConnection, conversation_ids: Sequence[str], summarizer: str
+) -> list[ConversationInput]:
+    """`gather_input` of many conversations, with one query per table for all of them."""
+    ids = list(conversation_ids)
+    priors = {
+        summary.conversation_id: summary
+        for summary in _load(
+            con,
+            "id IN (SELECT unnest(?::TEXT[])) AND valid_until IS NULL AND state = 'active'",
+            [[final_id(c) for c in ids]],
+        )
+        if summary.id == final_id(summary.conversation_id)
+    }
+    episodes = _grouped(
         con,
-        "SELECT id, turn_id, session_id, role, speaker, content, event_time, line, path "
-        "FROM episodes WHERE conversation_id = ? ORDER BY path, line",
-        [conversation_id],
+        "SELECT conversation_id, id, turn_id, session_id, role, speaker, content, event_time, "
+        "line, path FROM episodes WHERE conversation_id IN (SELECT unnest(?::TEXT[])) "
+        "ORDER BY conversation_id, path, line",
+        [ids],
     )
+    entry_turns = _grouped(
+        con,
+        "SELECT conversation_id, path, entry_id, role, body, created_at FROM notes "
+        "WHERE kind = 'entry' AND conversation_id IN (SELECT unnest(?::TEXT[])) "
+        "AND role IN ('user', 'assistant') AND path LIKE 'entries/%/turns/%' "
+        "ORDER BY conversation_id, created_at NULLS LAST, path",
+        [ids],
+    )
+    facts = _grouped(
+        con,
+        "SELECT conversation_id, id, content, created_at, category FROM facts "
+        "WHERE conversation_id IN (SELECT unnest(?::TEXT[])) AND user_id IS NULL "
+        "UNION ALL "
+        "SELECT conversation_id, path AS id, trim(body) AS content, created_at, "
+        "NULL AS category FROM notes "
+        "WHERE kind = 'entry' AND conversation_id IN (SELECT unnest(?::TEXT[])) "
+        "AND role = 'memory' AND path LIKE 'entries/%/facts/%' "
+        "ORDER BY conversation_id, created_at NULLS FIRST, id",
+        [ids, ids],
+    )
+    superseded = superseded_turns(con, ids)
+    return [
+        _input_of(
+            conversation_id,
+            summarizer,
+            priors.get(conversation_id),
+            episodes.get(conversation_id, []),
+            entry_turns.get(conversation_id, []),
+            facts.get(conversation_id, []),
+            superseded,
+        )
+        for conversation_id in ids
+    ]
+
+
+def _grouped(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows (as dicts without their first column) grouped by that first column."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in fetch_dicts(con, sql, params):
+        groups.setdefault(row.pop("conversation_id"), []).append(row)
+    return groups
+
+
+def _input_of(
+    conversation_id: str,
+    summarizer: str,
+    prior: StoredSummary | None,
+    episodes: list[dict[str, Any]],
+    entry_turns: list[dict[str, Any]],
+    facts: list[dict[str, Any]],
+    superseded: Mapping[str, str | None],
+) -> ConversationInput:
+    since = prior.created_at if prior is not None else None
     sessions: dict[str, list[dict[str, Any]]] = {}
     for row in episodes:
         sessions.setdefault(row["path"], []).append(row)
-    entry_turns = fetch_dicts(
-        con,
-        "SELECT path, entry_id, role, body, created_at FROM notes "
-        "WHERE kind = 'entry' AND conversation_id = ? AND role IN ('user', 'assistant') "
-        "AND path LIKE 'entries/%/turns/%' ORDER BY created_at NULLS LAST, path",
-        [conversation_id],
-    )
-    facts = fetch_dicts(
-        con,
-        "SELECT id, content, created_at, category FROM facts "
-        "WHERE conversation_id = ? AND user_id IS NULL "
-        "UNION ALL "
-        "SELECT path AS id, trim(body) AS content, created_at, NULL AS category FROM notes "
-        "WHERE kind = 'entry' AND conversation_id = ? AND role = 'memory' "
-        "AND path LIKE 'entries/%/facts/%' "
-        "ORDER BY created_at NULLS FIRST, id",
-        [conversation_id, conversation_id],
-    )
-
-    superseded = superseded_turns(con, conversation_id)
     built = Content()
     for number, rows in enumerate(_ordered_sessions(sessions)):
         built.add(("\n\n" if number else "") + _session_header(rows))
@@ -295,129 +350,45 @@ def summarizer_identity(config: SummarizerConfig) -> str:
 # --- Summarize and write -------------------------------------------------------------------------
 
 
-def summarize_conversation(
-    settings: Settings,
-    conversation_id: str,
-    *,
-    config: SummarizerConfig | None = None,
-    force: bool = False,
-) -> SummaryRun:
-    """Bring one conversation's summary up to date; skipped when its input has not changed.
+def write_summaries(
+    con: duckdb.DuckDBPyConnection, trees: list[tuple[ConversationInput, SummaryResult]]
+) -> dict[str, tuple[int | None, int]]:
+    """Retire the active trees of these conversations and insert the new ones (inside the
+    caller's transaction).
 
-    Raises `SummarizationError` when the summarizer fails: the failure is recorded in `events`
-    and the previous summary stays active.
+    Returns, per conversation, (generation of the new tree or None for a NONE result, rows
+    retired). A NONE result (the conversation is too short) retires the old tree only.
     """
-    config = config or SummarizerConfig.from_settings(settings)
-    seconds: dict[str, float] = {}
-    started = time.perf_counter()
-    with open_store(settings.db_path) as con:
-        gathered = gather_input(con, conversation_id, summarizer_identity(config))
-    seconds["gather"] = round(time.perf_counter() - started, 3)
-
-    prior = gathered.prior
-    if not force and prior is not None and prior.source_fingerprint == gathered.fingerprint:
-        return _unchanged(gathered, prior, seconds)
-
-    started = time.perf_counter()
-    prior_text = prior.content if prior is not None else None
-    try:
-        result = summarize(gathered.content, config, prior_text, CONTENT_TYPE)
-    except SummarizationError as error:
-        with open_store(settings.db_path) as con:
-            record_event(con, conversation_id, "error", str(error), {"turns": gathered.turns})
-        raise
-    seconds["summarize"] = round(time.perf_counter() - started, 3)
-
-    started = time.perf_counter()
-    with open_store(settings.db_path) as con:
-        generation, retired = write_summary(con, gathered, result)
-        status = "written" if generation is not None else "none"
-        detail = f"{result.level.value}: {result.input_tokens} -> {result.output_tokens} tokens"
-        meta = {
-            "level": result.level.value,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-            "compression_ratio": result.compression_ratio,
-            "method": result.method,
-            "generation": generation,
-            "retired": retired,
-        }
-        memory_id = final_id(conversation_id) if generation is not None else None
-        record_event(con, conversation_id, "ok", detail, meta, memory_id=memory_id)
-    seconds["write"] = round(time.perf_counter() - started, 3)
-
-    tree = result.hierarchical
-    return SummaryRun(
-        conversation_id=conversation_id,
-        status=status,
-        level=result.level,
-        method=result.method,
-        input_tokens=result.input_tokens,
-        output_tokens=result.output_tokens,
-        compression_ratio=result.compression_ratio,
-        turns=gathered.turns,
-        sessions=gathered.sessions,
-        facts=gathered.facts,
-        l1=len(tree.l1_summaries) if tree else 0,
-        l2=len(tree.l2_summaries) if tree else 0,
-        generation=generation,
-        retired=retired,
-        final_id=memory_id,
-        preview=result.summary or "",
-        seconds=seconds,
-    )
-
-
-def _unchanged(
-    gathered: ConversationInput, prior: StoredSummary, seconds: dict[str, float]
-) -> SummaryRun:
-    return SummaryRun(
-        conversation_id=gathered.conversation_id,
-        status="unchanged",
-        level=prior.summary_level,
-        method=prior.method or "",
-        input_tokens=prior.input_tokens or 0,
-        output_tokens=prior.output_tokens or 0,
-        compression_ratio=prior.compression_ratio or 0.0,
-        turns=gathered.turns,
-        sessions=gathered.sessions,
-        facts=gathered.facts,
-        generation=prior.generation,
-        final_id=prior.id,
-        preview=prior.content,
-        seconds=seconds,
-    )
-
-
-def write_summary(
-    con: duckdb.DuckDBPyConnection, gathered: ConversationInput, result: SummaryResult
-) -> tuple[int | None, int]:
-    """Retire the active tree and insert the new one in one transaction.
-
-    Returns (generation of the new tree or None for a NONE result, rows retired). A NONE result
-    (the conversation is too short) retires the old tree and writes nothing.
-    """
-    conversation_id = gathered.conversation_id
+    if not trees:
+        return {}
     now = datetime.now(UTC)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        row = con.execute(
-            "SELECT coalesce(max(CAST(json_extract(attributes, '$.generation') AS INTEGER)), 0) "
-            "FROM memories WHERE kind = 'summary' AND conversation_id = ?",
-            [conversation_id],
-        ).fetchone()
-        generation = int(row[0]) + 1
-        nodes = _nodes(gathered, result, generation)
-        replaced_by = final_id(conversation_id) if nodes else None
-        retired = con.execute(
-            "UPDATE memories SET id = id || '#g' || "
-            "coalesce(CAST(json_extract(attributes, '$.generation') AS INTEGER), 0), "
-            "valid_until = ?, state = 'soft_deleted', replaced_by = ? "
-            "WHERE kind = 'summary' AND conversation_id = ? AND valid_until IS NULL "
-            "AND state = 'active'",
-            [now, replaced_by, conversation_id],
-        ).fetchone()[0]
-        rows = [
+    ids = [gathered.conversation_id for gathered, _ in trees]
+    known = {
+        conversation_id: (int(generation), int(active))
+        for conversation_id, generation, active in con.execute(
+            "SELECT conversation_id, "
+            "coalesce(max(CAST(json_extract(attributes, '$.generation') AS INTEGER)), 0), "
+            "count(*) FILTER (WHERE valid_until IS NULL AND state = 'active') "
+            "FROM memories WHERE kind = 'summary' "
+            "AND conversation_id IN (SELECT unnest(?::TEXT[])) GROUP BY conversation_id",
+            [ids],
+        ).fetchall()
+    }
+    written: dict[str, tuple[int | None, int]] = {}
+    retiring: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for gathered, result in trees:
+        conversation_id = gathered.conversation_id
+        last, active = known.get(conversation_id, (0, 0))
+        nodes = _nodes(gathered, result, last + 1)
+        written[conversation_id] = (last + 1 if nodes else None, active)
+        retiring.append(
+            {
+                "conversation_id": conversation_id,
+                "replaced_by": final_id(conversation_id) if nodes else None,
+            }
+        )
+        rows += [
             {
                 "id": node_id,
                 "kind": "summary",
@@ -432,12 +403,21 @@ def write_summary(
             }
             for node_id, content, attributes, source_ids in nodes
         ]
-        insert_arrow(con, "memories", pa.Table.from_pylist(rows, schema=_SUMMARY_SCHEMA))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    return (generation if nodes else None), int(retired)
+    with registered(con, "_retiring", pa.Table.from_pylist(retiring, schema=_RETIRING_SCHEMA)):
+        con.execute(
+            "UPDATE memories SET id = id || '#g' || "
+            "coalesce(CAST(json_extract(attributes, '$.generation') AS INTEGER), 0), "
+            "valid_until = ?, state = 'soft_deleted', replaced_by = r.replaced_by "
+            "FROM _retiring r WHERE memories.kind = 'summary' "
+            "AND memories.conversation_id = r.conversation_id "
+            "AND memories.valid_until IS NULL AND memories.state = 'active'",
+            [now],
+        )
+    insert_arrow(con, "memories", pa.Table.from_pylist(rows, schema=_SUMMARY_SCHEMA))
+    return written
+
+
+_RETIRING_SCHEMA = pa.schema([("conversation_id", pa.string()), ("replaced_by", pa.string())])
 
 
 Node = tuple[str, str, dict[str, Any], list[str]]  # id, content, attributes, source_ids

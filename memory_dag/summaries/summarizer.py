@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from threadpoolctl import threadpool_limits
 
 from memory_dag.config import Settings
 from memory_dag.ingest.tokens import CHARS_PER_TOKEN, count_tokens, count_tokens_batch, get_encoding
@@ -179,7 +179,20 @@ def summarize(
     prompt for BRIEF, `{prior_context}` of the paragraph prompt for STANDARD, and of the
     final synthesis for DETAILED and HIERARCHICAL.
     """
-    engine: _Engine = _LLMEngine(config) if config.llm is not None else _ExtractiveEngine()
+    if config.llm is None:
+        # Sentence extraction multiplies many small matrices: BLAS threads only add waiting.
+        with threadpool_limits(1, user_api="blas"):
+            return _summarize(content, _ExtractiveEngine(), config, prior_summary, content_type)
+    return _summarize(content, _LLMEngine(config), config, prior_summary, content_type)
+
+
+def _summarize(
+    content: str,
+    engine: _Engine,
+    config: SummarizerConfig,
+    prior_summary: str | None,
+    content_type: str,
+) -> SummaryResult:
     if not content.strip():
         return _result(SummaryLevel.NONE, None, None, 0, engine.method)
     input_tokens = count_tokens(content)
@@ -196,7 +209,7 @@ def summarize(
         summary = engine.standard(content, prior, content_type, budget)
         return _result(level, summary, None, input_tokens, engine.method)
 
-    chunks = chunk_text(content, config.chunk_size, config.chunk_overlap)
+    chunks = chunk_text(content, config.chunk_size, config.chunk_overlap, tokens=input_tokens)
     chunk_tokens = count_tokens_batch(chunks)
 
     def summarize_chunk(index: int) -> str:
@@ -252,12 +265,15 @@ def final_summary_text(result: SummaryResult) -> str | None:
 # --- Chunking and truncation ---------------------------------------------------------------------
 
 
-def chunk_text(text: str, chunk_size: int = 3000, overlap: int = 200) -> list[str]:
+def chunk_text(
+    text: str, chunk_size: int = 3000, overlap: int = 200, *, tokens: int | None = None
+) -> list[str]:
     """Split text into chunks of at most `chunk_size` tokens on paragraph boundaries.
 
     Paragraphs too long for a chunk are split into sentences, and sentences too long into
     token-sized character runs (code, tables). Every chunk after the first starts with the last
     `overlap` tokens of the previous chunk, so a fact cut by a boundary is whole in one chunk.
+    `tokens` is the text's token count when the caller knows it already.
     """
     if chunk_size < 1:
         raise ValueError("chunk_size must be at least 1")
@@ -265,7 +281,7 @@ def chunk_text(text: str, chunk_size: int = 3000, overlap: int = 200) -> list[st
         raise ValueError("overlap must be at least 0 and smaller than chunk_size")
     if not text.strip():
         return []
-    if count_tokens(text) <= chunk_size:
+    if (count_tokens(text) if tokens is None else tokens) <= chunk_size:
         return [text]
 
     unit_limit = max(1, chunk_size - overlap - _JOIN_MARGIN)
@@ -273,9 +289,10 @@ def chunk_text(text: str, chunk_size: int = 3000, overlap: int = 200) -> list[st
     costs = count_tokens_batch([sep + piece for sep, piece in units])
 
     chunks: list[str] = []
+    last_ids: list[int] | None = None  # the tokens of chunks[-1], when they were counted
     start = 0
     while start < len(units):
-        prefix = _token_tail(chunks[-1], overlap) if chunks else ""
+        prefix = _token_tail(chunks[-1], overlap, last_ids) if chunks else ""
         estimate = count_tokens(prefix)
         end = start
         while end < len(units) and (end == start or estimate + costs[end] <= chunk_size):
@@ -283,12 +300,26 @@ def chunk_text(text: str, chunk_size: int = 3000, overlap: int = 200) -> list[st
             end += 1
         # The estimate adds per-unit counts; the joined text can tokenize a little differently.
         chunk = prefix + "".join(sep + piece for sep, piece in units[start:end])
-        while end - start > 1 and count_tokens(chunk) > chunk_size:
+        last_ids = None
+        while end - start > 1:
+            count, last_ids = _count_and_ids(chunk)
+            if count <= chunk_size:
+                break
             end -= 1
             chunk = prefix + "".join(sep + piece for sep, piece in units[start:end])
+            last_ids = None
         chunks.append(chunk)
         start = end
     return chunks
+
+
+def _count_and_ids(text: str) -> tuple[int, list[int] | None]:
+    """The token count of `text` and, when an encoding is loaded, its tokens (kept for reuse)."""
+    encoding = get_encoding()
+    if encoding is None:
+        return count_tokens(text), None
+    ids = encoding.encode_ordinary(text)
+    return len(ids), ids
 
 
 def middle_truncate(
@@ -369,18 +400,25 @@ def _split_paragraph(paragraph: str, limit: int) -> list[tuple[str, str]]:
     return pieces
 
 
-def _token_tail(text: str, tokens: int) -> str:
-    """The last `tokens` tokens of `text`, cut on a character boundary."""
+def _token_tail(text: str, tokens: int, ids: list[int] | None = None) -> str:
+    """The last `tokens` tokens of `text` (whose tokens are `ids` when known), cut on a
+    character boundary."""
     if tokens <= 0:
         return ""
     encoding = get_encoding()
     if encoding is None:
         return text[-tokens * CHARS_PER_TOKEN :]
-    ids = encoding.encode_ordinary(text)
+    if ids is None:
+        ids = encoding.encode_ordinary(text)
     if len(ids) <= tokens:
         return text
-    decoded, offsets = encoding.decode_with_offsets(ids)
-    return decoded[offsets[len(ids) - tokens] :]
+    # The tail tokens' bytes are the text from where the first of them starts, unless that
+    # token begins inside a multi-byte character: only then are the offsets worth computing.
+    try:
+        return encoding.decode_bytes(ids[len(ids) - tokens :]).decode("utf-8")
+    except UnicodeDecodeError:
+        decoded, offsets = encoding.decode_with_offsets(ids)
+        return decoded[offsets[len(ids) - tokens] :]
 
 
 # --- Engines: the same tree, built by an LLM or by sentence extraction ----------------------------
@@ -524,37 +562,38 @@ def extract_sentences(text: str, budget: int, max_sentences: int | None = None) 
     # Speaker labels ("Gina: ...") are in every line of a chat: as words they would make
     # "Thanks, Gina!" look central. Short pleasantries carry nothing worth keeping either.
     stopwords = _STOPWORDS | _speaker_labels(text)
-    content_words = [
-        sum(1 for w in _WORD.findall(s.lower()) if w not in stopwords) for s in sentences
-    ]
-    substantial = [n >= MIN_CONTENT_WORDS for n in content_words]
+    words = [[w for w in _WORD.findall(s.lower()) if w not in stopwords] for s in sentences]
+    substantial = [len(content) >= MIN_CONTENT_WORDS for content in words]
     if not any(substantial):
         substantial = [True] * len(sentences)
     lengths = count_tokens_batch(sentences)
-    vectors = _tfidf(sentences, stopwords)
+    vectors = _tfidf(words)
     centroid = vectors.mean(axis=0)
     norm = float(np.linalg.norm(centroid))
     centrality = vectors @ (centroid / norm) if norm > 0 else np.zeros(len(sentences))
     similarity = vectors @ vectors.T
     limit = max_sentences or len(sentences)
 
+    # Greedy selection over whole arrays: each round takes the best-scoring sentence that
+    # still fits (the first one on ties), then raises every sentence's redundancy to its
+    # similarity with the one just taken (the max over the chosen ones).
+    sizes = np.asarray(lengths)
+    available = np.asarray(substantial, dtype=bool)
+    redundancy = np.zeros(len(sentences))
     chosen: list[int] = []
     used = 0
     while len(chosen) < limit:
-        best, best_score = -1, -math.inf
-        for i in range(len(sentences)):
-            if i in chosen or used + lengths[i] > budget or not substantial[i]:
-                continue
-            if chosen and centrality[i] <= 0:
-                continue  # no content words: only worth taking when nothing else is chosen
-            redundancy = max((float(similarity[i, j]) for j in chosen), default=0.0)
-            score = float(centrality[i]) - _REDUNDANCY_PENALTY * redundancy
-            if score > best_score:
-                best, best_score = i, score
-        if best < 0:
+        eligible = available & (sizes <= budget - used)
+        if chosen:
+            eligible &= centrality > 0  # no content words: only taken when nothing else is
+        if not eligible.any():
             break
+        scores = np.where(eligible, centrality - _REDUNDANCY_PENALTY * redundancy, -np.inf)
+        best = int(np.argmax(scores))
         chosen.append(best)
         used += lengths[best]
+        available[best] = False
+        redundancy = np.maximum(redundancy, similarity[:, best])
 
     if not chosen:
         most_central = int(np.argmax(centrality))
@@ -570,16 +609,18 @@ def _speaker_labels(text: str) -> frozenset[str]:
     return frozenset(words)
 
 
-def _tfidf(sentences: Sequence[str], stopwords: frozenset[str] = _STOPWORDS) -> np.ndarray:
-    """Row-normalized TF-IDF matrix (sublinear tf) over the content words of `sentences`."""
-    bags = [Counter(w for w in _WORD.findall(s.lower()) if w not in stopwords) for s in sentences]
-    vocabulary = {word: i for i, word in enumerate(sorted({w for bag in bags for w in bag}))}
-    matrix = np.zeros((len(sentences), len(vocabulary)))
-    for row, bag in enumerate(bags):
-        for word, count in bag.items():
-            matrix[row, vocabulary[word]] = 1.0 + math.log(count)
+def _tfidf(words: Sequence[Sequence[str]]) -> np.ndarray:
+    """Row-normalized TF-IDF matrix (sublinear tf) over the content words of each sentence."""
+    vocabulary = {word: i for i, word in enumerate(sorted({w for ws in words for w in ws}))}
+    rows = np.repeat(np.arange(len(words)), [len(ws) for ws in words])
+    columns = np.fromiter((vocabulary[w] for ws in words for w in ws), np.int64, len(rows))
+    # Each (sentence, word) pair once, with how often the word occurs in the sentence.
+    pairs, counts = np.unique(rows * len(vocabulary) + columns, return_counts=True)
+    sublinear = [0.0] + [1.0 + math.log(n) for n in range(1, 1 + int(counts.max(initial=0)))]
+    matrix = np.zeros((len(words), len(vocabulary)))
+    matrix.flat[pairs] = np.asarray(sublinear)[counts]
     document_frequency = (matrix > 0).sum(axis=0)
-    matrix *= np.log((1 + len(sentences)) / (1 + document_frequency)) + 1.0
+    matrix *= np.log((1 + len(words)) / (1 + document_frequency)) + 1.0
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -134,54 +135,69 @@ def test_a_failing_blocking_check_stops_the_index_build(settings: Settings) -> N
         assert "search_index" not in built and "chunk_embeddings" not in built
 
 
-def evaluate(cursor: str | None, settings: Settings) -> dg.SensorResult:
-    """One tick. The sensor reads only the filesystem, so no instance is needed (and making a
-    test instance takes longer than the debounce this file's timing tests rely on)."""
-    context = dg.build_sensor_context(cursor=cursor, resources={"memory": resource_for(settings)})
+def evaluate(
+    cursor: str | None, settings: Settings, instance: dg.DagsterInstance
+) -> dg.SensorResult:
+    """One tick. The sensor reads the filesystem, and the instance for summary partitions
+    (made before the files of the timing tests are written: it takes longer than the
+    debounce)."""
+    context = dg.build_sensor_context(
+        cursor=cursor, instance=instance, resources={"memory": resource_for(settings)}
+    )
     return workspace_sensor(context)
 
 
-def test_sensor_requests_one_run_per_workspace_version(settings: Settings) -> None:
+@pytest.fixture
+def instance() -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test() as test_instance:
+        yield test_instance
+
+
+def test_sensor_requests_one_run_per_workspace_version(
+    settings: Settings, instance: dg.DagsterInstance
+) -> None:
     workspace = Path(settings.workspace)
     age_files(workspace)
 
-    first = evaluate(None, settings)
+    first = evaluate(None, settings, instance)
     assert len(first.run_requests) == 1
     first_key = first.run_requests[0].run_key
     assert "6 new" in first.run_requests[0].tags["memory_dag/changes"]
 
-    quiet = evaluate(first.cursor, settings)
+    quiet = evaluate(first.cursor, settings, instance)
     assert quiet.run_requests == [] and quiet.skip_reason
 
     # After a cursor reset the same workspace gives the same run key: Dagster dedupes it.
-    assert evaluate(None, settings).run_requests[0].run_key == first_key
+    assert evaluate(None, settings, instance).run_requests[0].run_key == first_key
 
     (workspace / "memory" / "garden.md").write_text("# Garden\n\nPeppers too.\n")
     (workspace / "sessions" / "conv-b" / "s9.jsonl").unlink()
     age_files(workspace)
-    changed = evaluate(first.cursor, settings)
+    changed = evaluate(first.cursor, settings, instance)
     assert len(changed.run_requests) == 1
     assert changed.run_requests[0].run_key != first_key
     assert "1 changed, 1 deleted" in changed.run_requests[0].tags["memory_dag/changes"]
 
 
-def test_sensor_ignores_a_touch_and_waits_for_files_being_written(settings: Settings) -> None:
+def test_sensor_ignores_a_touch_and_waits_for_files_being_written(
+    settings: Settings, instance: dg.DagsterInstance
+) -> None:
     workspace = Path(settings.workspace)
     age_files(workspace)
-    cursor = evaluate(None, settings).cursor
+    cursor = evaluate(None, settings, instance).cursor
 
     age_files(workspace, seconds=30)  # mtime changes, content does not
-    touched = evaluate(cursor, settings)
+    touched = evaluate(cursor, settings, instance)
     assert touched.run_requests == []
 
     write_jsonl(
         workspace / "sessions" / "conv-c" / "new.jsonl", [{"role": "user", "content": "hello"}]
     )
-    settling = evaluate(touched.cursor, settings)  # written just now: not yet
+    settling = evaluate(touched.cursor, settings, instance)  # written just now: not yet
     assert settling.run_requests == []
     assert "still being written" in settling.skip_reason.skip_message
     age_files(workspace)
-    ready = evaluate(settling.cursor, settings)
+    ready = evaluate(settling.cursor, settings, instance)
     assert "1 new" in ready.run_requests[0].tags["memory_dag/changes"]
 
 

@@ -10,6 +10,7 @@ from assets.jobs import FIRST_STAGES as INGEST_ASSETS
 from assets.jobs import ingest_job
 from assets.memories import MEMORY_ASSETS as WRITE_PATH_ASSETS
 from assets.resources import MemoryStoreResource
+from assets.summaries import SUMMARY_ASSETS
 from memory_dag.config import Settings
 from memory_dag.eval.locomo import write_workspace
 from memory_dag.index.search import search
@@ -38,7 +39,7 @@ def materialize(settings: Settings) -> dict[str, dict[str, dg.MetadataValue]]:
 
 def test_definitions_wire_the_write_path_into_the_graph() -> None:
     defs = dg.Definitions(
-        assets=[*INGEST_ASSETS, *WRITE_PATH_ASSETS],
+        assets=[*INGEST_ASSETS, *WRITE_PATH_ASSETS, *SUMMARY_ASSETS],
         jobs=[ingest_job],
         sensors=[sessions_sensor],
         resources={"memory": MemoryStoreResource()},
@@ -67,10 +68,11 @@ def test_sensor_requests_a_run_when_a_session_closes_and_the_run_writes_facts(
     age_files(workspace)
 
     def evaluate(cursor: str | None) -> dg.SensorResult:
-        context = dg.build_sensor_context(
-            cursor=cursor, resources={"memory": resource_for(settings)}
-        )
-        return sessions_sensor(context)
+        with dg.instance_for_test() as instance:  # where the summary partitions are
+            context = dg.build_sensor_context(
+                cursor=cursor, instance=instance, resources={"memory": resource_for(settings)}
+            )
+            return sessions_sensor(context)
 
     first = evaluate(None)
     [request] = first.run_requests

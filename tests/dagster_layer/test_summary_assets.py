@@ -17,7 +17,8 @@ from memory_dag.eval.locomo import write_workspace
 from memory_dag.index.search import search
 from memory_dag.store.connection import fetch_dicts, open_store
 from memory_dag.summaries.conversation_summaries import final_summary
-from sensors.conversations import SUMMARY_SENSORS, conversations_sensor, summaries_indexed_sensor
+from sensors.conversations import SUMMARY_SENSORS, summaries_indexed_sensor
+from sensors.workspace import workspace_sensor
 from tests.conftest import LOCOMO_DIR, write_jsonl
 from tests.dagster_layer.test_ingest_assets import age_files, resource_for
 from tests.openai_server import Reply, ScriptedOpenAIServer
@@ -28,7 +29,7 @@ LOCOMO = LOCOMO_DIR / "26.json"
 
 def with_summaries(code_location: dg.Definitions) -> dg.Definitions:
     """The project's definitions with the summaries registered (as definitions.py will be)."""
-    if code_location.get_repository_def().has_sensor_def("conversations_sensor"):
+    if code_location.get_repository_def().has_sensor_def("summaries_indexed_sensor"):
         return code_location
     summaries = dg.Definitions(assets=SUMMARY_ASSETS, jobs=SUMMARY_JOBS, sensors=SUMMARY_SENSORS)
     return dg.Definitions.merge(code_location, summaries)
@@ -49,11 +50,14 @@ def metadata_of(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, object
 def test_definitions_with_summaries_load() -> None:
     dg.Definitions.validate_loadable(defs)
     repository = defs.get_repository_def()
-    assert repository.has_sensor_def("conversations_sensor")
     assert repository.has_sensor_def("summaries_indexed_sensor")
     assert conversation_summaries.op.pool == "duckdb"
     assert conversation_summaries.partitions_def == conversations
+    # One step summarizes every partition of its run (an ingest run, a backfill).
+    assert conversation_summaries.backfill_policy == dg.BackfillPolicy.single_run()
     assert defs.resolve_job_def("summaries_job").partitions_def == conversations
+    ingest = defs.resolve_job_def("ingest_job").asset_layer.executable_asset_keys
+    assert conversation_summaries.key in ingest
 
 
 @pytest.mark.skipif(not LOCOMO.exists(), reason="LoCoMo dev data not available")
@@ -110,59 +114,118 @@ def tick(instance: dg.DagsterInstance, cursor: str | None, settings: Settings) -
     context = dg.build_sensor_context(
         instance=instance, cursor=cursor, resources={"memory": resource_for(settings)}
     )
-    result = conversations_sensor(context)
+    result = workspace_sensor(context)
     for request in result.dynamic_partitions_requests or []:  # what the daemon does with them
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     return result
 
 
-def requested(result: dg.SensorResult) -> dict[str, str]:
-    return {r.partition_key: r.run_key for r in result.run_requests}
+def summarized_range(result: dg.SensorResult) -> tuple[str, str] | None:
+    """The conversation partitions the one requested ingest run summarizes (None: no summaries)."""
+    [request] = result.run_requests
+    if request.asset_selection is not None:
+        assert conversation_summaries.key not in request.asset_selection
+        return None
+    return (
+        request.tags["dagster/asset_partition_range_start"],
+        request.tags["dagster/asset_partition_range_end"],
+    )
 
 
-def test_sensor_adds_partitions_and_requests_runs_after_ingest(settings: Settings) -> None:
-    workspace = Path(settings.workspace)  # conv-a and conv-b sessions, entries/trip
+def test_the_workspace_sensor_adds_partitions_and_asks_for_the_changed_conversations(
+    settings: Settings,
+) -> None:
+    workspace = Path(settings.workspace)  # conv-a and conv-b sessions, entries/trip, notes
     age_files(workspace)
-    ingest = [workspace_files]
-    resources = {"memory": resource_for(settings)}
     with dg.instance_for_test() as instance:
         first = tick(instance, None, settings)
         [add] = first.dynamic_partitions_requests
         assert list(add.partition_keys) == ["conv-a", "conv-b", "trip"]
-        assert first.run_requests == []  # nothing ingested yet: the store lacks the turns
-        assert "3 changed conversation(s) waiting" in first.skip_reason.skip_message
+        assert summarized_range(first) == ("conv-a", "trip")
+        assert instance.get_dynamic_partitions(conversations.name) == ["conv-a", "conv-b", "trip"]
 
-        assert dg.materialize(ingest, resources=resources, instance=instance).success
+        # One changed conversation: the run summarizes it alone.
+        write_jsonl(
+            workspace / "sessions" / "conv-b" / "s10.jsonl", [{"role": "user", "content": "Tea!"}]
+        )
+        age_files(workspace)
         second = tick(instance, first.cursor, settings)
-        runs = requested(second)
-        assert sorted(runs) == ["conv-a", "conv-b", "trip"]
-        assert all(key.startswith(f"summary:{c}:") for c, key in runs.items())
         assert not second.dynamic_partitions_requests
-        assert tick(instance, second.cursor, settings).run_requests == []
+        assert summarized_range(second) == ("conv-b", "conv-b")
 
-        # Our own exported summaries are not a change of the conversation.
+        # Our own exported summaries and the notes are not a conversation's: no summaries.
         exported = workspace / "entries" / "trip" / "summaries" / "L3" / "final.md"
         exported.parent.mkdir(parents=True)
         exported.write_text("---\nrole: summary\n---\nA summary.\n")
-        write_jsonl(
-            workspace / "sessions" / "conv-b" / "s9.jsonl", [{"role": "user", "content": "Tea!"}]
-        )
+        (workspace / "MEMORY.md").write_text("# Notes\n\nNew note.\n")
         age_files(workspace)
         third = tick(instance, second.cursor, settings)
-        assert third.run_requests == []
-        assert dg.materialize(ingest, resources=resources, instance=instance).success
-        fourth = tick(instance, third.cursor, settings)
-        assert list(requested(fourth)) == ["conv-b"]
-        assert requested(fourth)["conv-b"] != runs["conv-b"]
+        assert summarized_range(third) is None
 
-        # After a cursor reset the same versions give the same run keys: Dagster dedupes them.
-        assert dg.materialize(ingest, resources=resources, instance=instance).success
-        reset = tick(instance, None, settings)
-        assert reset.run_requests == []
-        assert dg.materialize(ingest, resources=resources, instance=instance).success
-        again = requested(tick(instance, reset.cursor, settings))
-        assert again == {**runs, "conv-b": requested(fourth)["conv-b"]}
-        assert set(instance.get_dynamic_partitions(conversations.name)) == set(runs)
+        # A new conversation is added after the known ones; the range holds both changes.
+        write_jsonl(
+            workspace / "sessions" / "conv-0" / "s1.jsonl", [{"role": "user", "content": "Hi"}]
+        )
+        write_jsonl(
+            workspace / "sessions" / "conv-a" / "s7.jsonl", [{"role": "user", "content": "Yo"}]
+        )
+        age_files(workspace)
+        fourth = tick(instance, third.cursor, settings)
+        assert list(fourth.dynamic_partitions_requests[0].partition_keys) == ["conv-0"]
+        assert summarized_range(fourth) == ("conv-a", "conv-0")
+
+
+def run_range(
+    job: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    resources: dict[str, object],
+    first: str,
+    last: str,
+) -> dg.ExecuteInProcessResult:
+    """A run of `job` over the partitions first..last, as the sensors ask for one."""
+    return job.execute_in_process(
+        instance=instance,
+        resources=resources,
+        tags={
+            "dagster/asset_partition_range_start": first,
+            "dagster/asset_partition_range_end": last,
+        },
+    )
+
+
+def test_an_ingest_run_summarizes_its_conversations_in_one_step_and_indexes_them(
+    settings: Settings,
+) -> None:
+    resources = {"memory": resource_for(settings)}
+    job = defs.resolve_job_def("ingest_job")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(conversations.name, ["conv-a", "conv-b", "trip"])
+        result = run_range(job, instance, resources, "conv-a", "trip")
+        assert result.success
+        steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS"}
+        assert "conversation_summaries" in steps  # one step for the three partitions
+        summaries = [
+            e
+            for e in result.get_asset_materialization_events()
+            if e.asset_key == conversation_summaries.key
+        ]
+        assert sorted(e.partition for e in summaries) == ["conv-a", "conv-b", "trip"]
+        meta = summaries[0].materialization.metadata
+        assert meta["conversations"].value == 3
+        assert meta["summarized"].value + meta["too_short"].value == 3
+
+        # The run embedded and indexed after the summaries: the index sensor has nothing to do.
+        context = dg.build_sensor_context(instance=instance, definitions=defs)
+        assert summaries_indexed_sensor.evaluate_tick(context).run_requests == []
+
+        again = run_range(job, instance, resources, "conv-b", "conv-b")
+        [summary] = [
+            e
+            for e in again.get_asset_materialization_events()
+            if e.asset_key == conversation_summaries.key
+        ]
+        assert summary.partition == "conv-b"
+        assert summary.materialization.metadata["conversations"].value == 1
 
 
 def test_requested_partition_materializes_and_a_failure_keeps_the_summary(

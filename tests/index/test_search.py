@@ -11,13 +11,13 @@ import pytest
 from memory_dag.config import Settings
 from memory_dag.index.published import publish_index
 from memory_dag.index.search import SNIPPET_CHARS, Searcher, SearchFilters, search
-from memory_dag.pipeline import run_all
+from memory_dag.pipeline import run_first_stages
 from tests.store.test_store import hold_lock
 
 
 @pytest.fixture
 def built(settings: Settings) -> Settings:
-    run_all(settings)
+    run_first_stages(settings)
     return settings
 
 
@@ -106,7 +106,7 @@ def test_blend_weights_vector_and_text_scores(tmp_path: Path) -> None:
 
 def test_snippets_are_capped(settings: Settings, workspace: Path) -> None:
     (workspace / "memory" / "long.md").write_text("word " * 1500)
-    run_all(settings)
+    run_first_stages(settings)
     hits = search("word", settings=settings, k=10, min_score=0.0, path="memory/long.md")
     assert hits and all(len(h.snippet) <= SNIPPET_CHARS for h in hits)
 

@@ -17,7 +17,7 @@ from memory_dag.memories.categories import AccessDenied
 from memory_dag.memories.consent import accept, field_of, list_proposals, reject
 from memory_dag.memories.write_path import consolidate
 from memory_dag.memories.writer import MemoryOpError
-from memory_dag.pipeline import run_all as ingest
+from memory_dag.pipeline import run_first_stages as ingest
 from memory_dag.scope import Scope
 from tests.conftest import write_jsonl
 from tests.memories.test_write_path import rows, store_settings

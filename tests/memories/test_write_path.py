@@ -13,7 +13,8 @@ import pytest
 from memory_dag.config import Settings
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT
 from memory_dag.memories.sessions import scan_sessions, sessions_fingerprint
-from memory_dag.memories.write_path import WriteReport, run_all
+from memory_dag.memories.write_path import WriteReport
+from memory_dag.pipeline import run_all
 from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
 from tests.conftest import write_jsonl
@@ -103,6 +104,8 @@ def scripted_llm(body: dict[str, Any]) -> Reply:
     if messages[0]["content"] == FACT_SYSTEM_PROMPT:
         return Reply.json(EXTRACTIONS.get(messages[-1]["content"], []))
     prompt = messages[-1]["content"]
+    if "Existing memories (JSON):" not in prompt:  # the summaries stage of the same run
+        return Reply.text("Sam talked about pizza.")
     existing = _between(prompt, "Existing memories (JSON):\n", "\n\nNew facts (JSON):")
     new_facts = _between(prompt, "New facts (JSON):\n", "\n\nAnswer with")
     contradicted = {CONTRADICTIONS.get(fact) for fact in new_facts}

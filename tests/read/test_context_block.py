@@ -13,16 +13,14 @@ import pytest
 
 from memory_dag.cli.main import main
 from memory_dag.config import Settings
-from memory_dag.index.build import refresh_search_index
 from memory_dag.ingest.tokens import count_tokens
-from memory_dag.memories import write_path
-from memory_dag.pipeline import run_all
+from memory_dag.pipeline import run_all, run_first_stages
 from memory_dag.read.context_block import build_context, injection_hook
 from memory_dag.read.query import MemoryFull, MemoryQuery, query_memory
 from memory_dag.read.retriever import RetrievalConfig
 from memory_dag.scope import Scope
 from memory_dag.store.connection import open_store
-from memory_dag.summaries.conversation_summaries import final_id, summarize_conversation
+from memory_dag.summaries.conversation_summaries import final_id
 from tests.conftest import write_jsonl
 from tests.read.test_retrieval import NOW, add_memories, add_relation
 from tests.store.test_store import hold_lock
@@ -59,7 +57,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     settings = Settings(
         workspace=root / "workspace", db_path=root / "memory.duckdb", index_dir=root / "index"
     )
-    run_all(settings)
+    run_first_stages(settings)
     add_memories(
         settings,
         [
@@ -88,7 +86,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
                 [f"c{rev}", rev, memory_id, event, NOW + timedelta(minutes=rev)],
             )
         con.execute("INSERT INTO conversation_revisions VALUES ('conv-a', 5)")
-    run_all(settings)
+    run_first_stages(settings)
     return settings
 
 
@@ -234,9 +232,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     settings = Settings(
         workspace=root / "workspace", db_path=root / "memory.duckdb", index_dir=root / "index"
     )
-    write_path.run_all(settings)
-    summarize_conversation(settings, "demo")
-    refresh_search_index(settings)
+    run_all(settings)
     return settings
 
 

@@ -12,7 +12,7 @@ from memory_dag.cli.main import main
 from memory_dag.config import Settings
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.memories.categories import AccessDenied, CategoryConfig, load_categories
-from memory_dag.pipeline import run_all
+from memory_dag.pipeline import run_first_stages
 from memory_dag.read.query import (
     MemoryBullet,
     MemoryFull,
@@ -57,9 +57,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     settings = Settings(
         workspace=root / "workspace", db_path=root / "memory.duckdb", index_dir=root / "index"
     )
-    run_all(settings)
+    run_first_stages(settings)
     add_memories(settings, MEMORIES)
-    run_all(settings)
+    run_first_stages(settings)
     return settings
 
 

@@ -19,7 +19,7 @@ from memory_dag.embed.providers import get_provider
 from memory_dag.ids import episode_id
 from memory_dag.index.published import publish_index
 from memory_dag.index.search import SearchFilters
-from memory_dag.pipeline import run_all
+from memory_dag.pipeline import run_first_stages
 from memory_dag.read.access_log import AccessLog, access_log_dir, apply_access_log
 from memory_dag.read.retriever import RetrievalConfig, Retriever
 from memory_dag.read.scoring import (
@@ -107,9 +107,9 @@ FACTS = [
 @pytest.fixture
 def store(settings: Settings) -> Settings:
     """The conftest workspace plus a few facts, ingested and indexed."""
-    run_all(settings)
+    run_first_stages(settings)
     add_memories(settings, FACTS)
-    run_all(settings)
+    run_first_stages(settings)
     return settings
 
 

@@ -47,7 +47,7 @@ from memory_dag.read.context_block import build_context
 from memory_dag.read.retriever import RetrievalConfig
 from memory_dag.scope import Scope, UnknownCategory
 from memory_dag.store.connection import fetch_dicts, open_store
-from memory_dag.summaries.conversation_summaries import summarize_conversation
+from memory_dag.summaries.refresh import summarize_conversation
 from memory_dag.summaries.summarizer import SummarizerConfig
 from tests.scenarios.model import scripted_model
 from tests.scenarios.steps import (

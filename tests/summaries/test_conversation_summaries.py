@@ -25,9 +25,9 @@ from memory_dag.summaries.conversation_summaries import (
     ConversationInput,
     final_summary,
     gather_input,
-    summarize_conversation,
     summary_tree,
 )
+from memory_dag.summaries.refresh import summarize_conversation
 from memory_dag.summaries.summarizer import (
     SummarizationError,
     SummarizerConfig,

@@ -12,8 +12,9 @@ import yaml
 from memory_dag.config import Settings
 from memory_dag.ingest.files import sync_files
 from memory_dag.store.connection import open_store
-from memory_dag.summaries.conversation_summaries import summarize_conversation, summary_tree
+from memory_dag.summaries.conversation_summaries import summary_tree
 from memory_dag.summaries.export import export_store
+from memory_dag.summaries.refresh import summarize_conversation
 from memory_dag.summaries.summarizer import SummarizerConfig, SummaryLevel
 from tests.conftest import write_jsonl
 from tests.summaries.test_conversation_summaries import add_fact, settings_in, write_conversation

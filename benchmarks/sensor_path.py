@@ -1,0 +1,178 @@
+"""The sensor path, timed: a new session file → searchable, with the Dagster daemon running.
+
+Used by `whole_graph.py` (`--sensor-size`). It builds the store with `memory-dag ingest`
+under a Dagster instance of its own (the project's dagster.yaml), starts `dagster-daemon run`
+on the project's workspace.yaml with the code location pointed at that store
+(`MEMORY_DAG_*`), waits for the sensors' first ticks and their runs, then writes one new
+20-turn session file into a conversation. The clock starts when the file has settled (the
+sensors' 1.5 s debounce after it was written) and stops when a search scoped to that
+conversation finds the new turn in the published index. The runs the sensors launched are
+then read from the instance: their partitions and what facts, entities and summaries say
+they recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEBOUNCE_SECONDS = 1.5  # sensors/workspace.py
+TIMEOUT = 300.0
+RECOMPUTED_ASSETS = ("facts", "entities", "conversation_summaries")
+
+
+def measure(
+    workspace: Path, store: Path, names: dict[str, tuple[str, str]], target: str, home: Path
+) -> dict[str, Any]:
+    from whole_graph import load, measured, memory_dag_command, new_session  # the driver
+
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "MEMORY_DAG_WORKSPACE": str(workspace),
+        "MEMORY_DAG_DB": str(store / "memory.duckdb"),
+        "MEMORY_DAG_INDEX_DIR": str(store / "index"),
+    }
+    built = measured(memory_dag_command(workspace, store), env)
+    print(
+        f"\nsensor path: store built in {built['seconds']:.1f} s; starting the daemon", flush=True
+    )
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        settled_runs = _wait_for_quiet(home, minimum_runs=1)
+        print(f"  the sensors' first runs are done ({settled_runs} runs)", flush=True)
+        written = time.time()
+        marker = "zebra-sensor"
+        path = new_session(workspace, target, names[target], marker)
+        settled = written + DEBOUNCE_SECONDS
+        searchable = _wait_until_searchable(store, target, marker, settled)
+        _wait_for_quiet(home, minimum_runs=0)
+        runs = _runs_since(home, written)
+        path.unlink()
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(timeout=60)
+    return {
+        "searchable_after_settle_s": round(searchable - settled, 2),
+        "load": load(),
+        "runs": runs,
+        "conversation": target,
+    }
+
+
+def _wait_for_quiet(home: Path, minimum_runs: int) -> int:
+    """Until at least `minimum_runs` runs exist and none is queued or running for 6 s."""
+    import dagster as dg
+    from whole_graph import open_instance
+
+    deadline = time.monotonic() + TIMEOUT
+    quiet_since = None
+    while time.monotonic() < deadline:
+        with open_instance(home) as instance:
+            runs = instance.get_runs()
+        busy = [r for r in runs if not r.is_finished]
+        if len(runs) >= minimum_runs and not busy:
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since > 6:
+                failed = [r.run_id for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
+                if failed:
+                    raise RuntimeError(f"sensor runs failed: {failed}")
+                return len(runs)
+        else:
+            quiet_since = None
+        time.sleep(0.5)
+    raise TimeoutError("the daemon's runs did not finish")
+
+
+def _wait_until_searchable(store: Path, conversation: str, marker: str, since: float) -> float:
+    """When a scoped search first finds `marker` in a newly published index version."""
+    from memory_dag.config import Settings
+    from memory_dag.index.published import current_version
+    from memory_dag.index.search import Searcher, SearchFilters
+
+    settings = Settings(workspace=store, db_path=store / "memory.duckdb", index_dir=store / "index")
+    seen = current_version(settings.index_dir)
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        version = current_version(settings.index_dir)
+        if version != seen:
+            seen = version
+            hits = Searcher(settings).search(
+                marker, k=3, filters=SearchFilters(conversation=conversation), min_score=0.0
+            )
+            if any(marker in hit.snippet for hit in hits):
+                return time.time()
+        time.sleep(0.1)
+    raise TimeoutError(f"{marker} did not become searchable within {TIMEOUT:.0f} s of {since}")
+
+
+def _runs_since(home: Path, since: float) -> list[dict[str, Any]]:
+    """The runs created after `since`: their job, partitions, seconds and what they redid."""
+    from whole_graph import open_instance
+
+    out = []
+    with open_instance(home) as instance:
+        for record in instance.get_run_records():
+            if record.create_timestamp.timestamp() < since:
+                continue
+            run = record.dagster_run
+            recomputed: dict[str, Any] = {}
+            for entry in instance.all_logs(run.run_id):
+                event = entry.dagster_event
+                if event is None or event.event_type_value != "ASSET_MATERIALIZATION":
+                    continue
+                materialization = event.event_specific_data.materialization
+                name = materialization.asset_key.to_user_string()
+                if name not in RECOMPUTED_ASSETS:
+                    continue
+                metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+                item = recomputed.setdefault(name, {"partitions": []})
+                if materialization.partition:
+                    item["partitions"].append(materialization.partition)
+                item["recomputed_conversations"] = metadata.get("recomputed_conversations", "")
+                for key in ("sessions_consolidated", "memories_linked", "summarized", "seconds"):
+                    if key in metadata:
+                        item[key] = metadata[key]
+            out.append(
+                {
+                    "job": run.job_name,
+                    "status": run.status.value,
+                    "sensor": run.tags.get("dagster/sensor_name"),
+                    "partitions": [
+                        run.tags.get("dagster/asset_partition_range_start"),
+                        run.tags.get("dagster/asset_partition_range_end"),
+                    ],
+                    "seconds": round((record.end_time or 0) - (record.start_time or 0), 2),
+                    "recomputed": recomputed,
+                }
+            )
+    return out
+
+
+def report(result: dict[str, Any]) -> None:
+    print(
+        f"  one new session file → searchable {result['searchable_after_settle_s']:.1f} s after "
+        f"the file settled (conversation {result['conversation']}, load {result['load']})"
+    )
+    for run in result["runs"]:
+        print(
+            f"  run of {run['job']} by {run['sensor']}: {run['status']}, {run['seconds']} s, "
+            f"partitions {run['partitions'][0]}..{run['partitions'][1]}"
+        )
+        for asset, item in run["recomputed"].items():
+            details = json.dumps({k: v for k, v in item.items() if k != "partitions"})
+            print(f"    {asset}: partitions {item['partitions'] or '-'} {details}")

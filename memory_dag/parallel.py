@@ -1,0 +1,74 @@
+"""Pure-Python work of a stage on every core: worker processes, for work the GIL serialises.
+
+Entity extraction, rule-based fact extraction and extractive summaries are regular
+expressions and small numpy steps over independent texts: threads would wait on the GIL, so
+`process_map` hands slices of the items to worker processes and returns the results in order,
+exactly what `fn(items)` gives. Small batches and one-core machines stay in-process.
+
+The workers are forked from a fresh server process ("forkserver": this process runs DuckDB's,
+Polars' and Dagster's threads, which a plain `fork` would copy mid-flight) and kept for the
+next stage. They import what they run by module name and never the caller's script, so a
+script that calls the pipeline without an `if __name__ == "__main__":` guard works too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import sys
+import types
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import TypeVar
+
+from memory_dag.embed.onnx_models import usable_cpus
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Below this many items, work stays in this process (starting the workers costs ~1 s).
+MIN_ITEMS = 2_000
+
+_pool: ProcessPoolExecutor | None = None
+
+
+def process_map(
+    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], *, min_items: int = MIN_ITEMS
+) -> list[R]:
+    """`fn(items)`, computed slice by slice in worker processes when `items` are many.
+
+    `fn` takes a slice and returns one result per item; it must be a module-level function
+    (workers import it by name), and its items and results must pickle.
+    """
+    workers = usable_cpus()
+    if len(items) < min_items or workers < 2:
+        return fn(items)
+    size = -(-len(items) // (2 * workers))  # two slices a worker even out uneven slices
+    slices = [items[start : start + size] for start in range(0, len(items), size)]
+    pool = _executor(workers)
+    with _caller_script_hidden():  # workers start on the first submits
+        futures = [pool.submit(fn, part) for part in slices]
+    return [result for future in futures for result in future.result()]
+
+
+def _executor(workers: int) -> ProcessPoolExecutor:
+    global _pool
+    if _pool is None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        _pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        atexit.register(_pool.shutdown, cancel_futures=True)
+    return _pool
+
+
+@contextmanager
+def _caller_script_hidden() -> Iterator[None]:
+    """While workers start, `__main__` is a blank module: multiprocessing would otherwise
+    have each worker run the caller's script again (and, unguarded, start workers itself)."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main

@@ -1,0 +1,364 @@
+"""Bringing many conversations' summaries up to date in one pass: which are due, and the
+summaries themselves, read, summarized and written a group of conversations at a time.
+
+An ingest run asks for the conversations whose files changed (`conversations_due`, before the
+run, from the filesystem and the store); `summarize_conversations` gathers each group's input
+with one query per table, skips conversations whose input has not changed since their
+summary, runs the extractive summarizer of many conversations in worker processes (an LLM's
+calls stay in this process), and writes the group's trees and events in one transaction. The
+rows themselves (ids, tree layout, retiring old trees) are `conversation_summaries.py`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+
+from memory_dag import progress
+from memory_dag.config import Settings
+from memory_dag.ingest.watch import changed_conversations, scan_workspace
+from memory_dag.parallel import process_map
+from memory_dag.reports import PREVIEW_ROWS, StageReport
+from memory_dag.store.connection import open_store
+from memory_dag.summaries.conversation_summaries import (
+    CONTENT_TYPE,
+    ConversationInput,
+    StoredSummary,
+    SummaryRun,
+    conversation_ids,
+    final_id,
+    gather_inputs,
+    record_event,
+    summarizer_identity,
+    write_summaries,
+)
+from memory_dag.summaries.summarizer import (
+    SummarizationError,
+    SummarizerConfig,
+    SummaryResult,
+    summarize,
+)
+
+#: Conversations whose files or facts changed after their last successful summarization.
+_STALE_SQL = """
+    WITH last AS (
+        SELECT conversation_id, max(ts) AS ts FROM events
+        WHERE node = 'summaries' AND op = 'summarize' AND status = 'ok' GROUP BY 1)
+    SELECT f.conversation_id FROM files f LEFT JOIN last USING (conversation_id)
+    WHERE f.conversation_id IS NOT NULL AND (last.ts IS NULL OR f.indexed_at > last.ts)
+    UNION
+    SELECT m.conversation_id FROM memories m JOIN last USING (conversation_id)
+    WHERE m.kind = 'fact' AND greatest(m.created_at, m.valid_until) > last.ts
+"""
+
+
+def conversations_due(settings: Settings) -> list[str]:
+    """The conversations an ingest run must bring up to date, before it runs: those with files
+    new, changed or deleted on disk since the store read them, and those whose files or facts
+    changed after their last summarization (a run that stopped before its summaries)."""
+    previous: dict[str, list] = {}
+    stale: set[str] = set()
+    if Path(settings.db_path).exists():
+        with open_store(settings.db_path, read_only=True) as con:
+            for path, size, mtime, digest in con.execute(
+                "SELECT path, size, mtime, hash FROM files"
+            ).fetchall():
+                previous[path] = [size, mtime, digest]
+            stale = {row[0] for row in con.execute(_STALE_SQL).fetchall()}
+    changes, _ = scan_workspace(Path(settings.workspace), previous, debounce_seconds=0)
+    return sorted(set(changed_conversations(changes)) | stale)
+
+
+def summarize_due(
+    settings: Settings, conversations: Sequence[str] | None = None, *, force: bool = False
+) -> StageReport:
+    """`summarize_conversations` as a pipeline stage: what it did, as a `StageReport`."""
+    started = time.perf_counter()
+    runs = summarize_conversations(settings, conversations, force=force)
+    return summary_report(runs, time.perf_counter() - started)
+
+
+def summary_report(runs: list[SummaryRun], seconds: float) -> StageReport:
+    """Counts of a stage's summaries, and the conversations it summarized again."""
+    statuses = [run.status for run in runs]
+    changed = [run for run in runs if run.status != "unchanged"]
+    return StageReport(
+        "summaries",
+        counts={
+            "conversations": len(runs),
+            "summarized": statuses.count("written"),
+            "unchanged": statuses.count("unchanged"),
+            "too_short": statuses.count("none"),
+        },
+        seconds=round(seconds, 3),
+        preview=[
+            {
+                "conversation": run.conversation_id,
+                "status": run.status,
+                "level": run.level.value,
+                "input_tokens": run.input_tokens,
+                "output_tokens": run.output_tokens,
+                "ratio": round(run.compression_ratio, 4),
+            }
+            for run in changed[:PREVIEW_ROWS]
+        ],
+        conversations=[run.conversation_id for run in changed],
+    )
+
+
+#: Conversations are read, summarized and written in groups of about this many turns: one
+#: connection reads a group and one transaction writes it, and memory stays bounded.
+GROUP_TURNS = 200_000
+
+
+def summarize_conversation(
+    settings: Settings,
+    conversation_id: str,
+    *,
+    config: SummarizerConfig | None = None,
+    force: bool = False,
+) -> SummaryRun:
+    """Bring one conversation's summary up to date; skipped when its input has not changed.
+
+    Raises `SummarizationError` when the summarizer fails: the failure is recorded in `events`
+    and the previous summary stays active.
+    """
+    [run] = summarize_conversations(settings, [conversation_id], config=config, force=force)
+    return run
+
+
+@progress.tracked("summaries")
+def summarize_conversations(
+    settings: Settings,
+    conversations: Sequence[str] | None = None,
+    *,
+    config: SummarizerConfig | None = None,
+    force: bool = False,
+) -> list[SummaryRun]:
+    """Bring these conversations' summaries up to date (every conversation when None).
+
+    A conversation whose input has not changed since its summary is skipped. Each group of
+    conversations (`GROUP_TURNS`) is read on one connection and written in one transaction, and
+    no connection is held while the summarizer runs (it may call an LLM for minutes). A
+    conversation whose summarizer or write fails keeps its previous summary (the failure is in
+    `events`); the others are written, then the failure is raised.
+    """
+    config = config or SummarizerConfig.from_settings(settings)
+    identity = summarizer_identity(config)
+    if conversations is None:
+        conversations = conversation_ids(settings)
+    runs: list[SummaryRun] = []
+    failures: list[tuple[str, BaseException]] = []
+    conversations = list(conversations)
+    progress.set_total(len(conversations), "conversations")
+    for group in _groups(settings, conversations):
+        started = time.perf_counter()
+        with open_store(settings.db_path) as con:
+            gathered = gather_inputs(con, group, identity)
+        gather_seconds = round((time.perf_counter() - started) / len(group), 3)
+        summarized: list[tuple[ConversationInput, SummaryResult, float]] = []
+        errors: list[tuple[ConversationInput, SummarizationError]] = []
+        due: list[ConversationInput] = []
+        for item in gathered:
+            prior = item.prior
+            if not force and prior is not None and prior.source_fingerprint == item.fingerprint:
+                runs.append(_unchanged(item, prior, {"gather": gather_seconds}))
+                progress.advance()
+            else:
+                due.append(item)
+        if config.llm is None:  # sentence extraction: CPU work, shared by worker processes
+            shape = config.model_dump(include={"chunk_size", "chunk_overlap", "group_size"})
+            jobs = [
+                (item.content, item.prior.content if item.prior else None, shape) for item in due
+            ]
+            for item, (result, seconds) in zip(
+                due,
+                process_map(_extractive, jobs, min_items=PARALLEL_MIN_CONVERSATIONS),
+                strict=True,
+            ):
+                summarized.append((item, result, seconds))
+        for item in due if config.llm is not None else []:
+            started = time.perf_counter()
+            try:
+                result = summarize(
+                    item.content, config, item.prior.content if item.prior else None, CONTENT_TYPE
+                )
+            except SummarizationError as error:
+                errors.append((item, error))
+                continue
+            summarized.append((item, result, round(time.perf_counter() - started, 3)))
+        if not summarized and not errors:
+            continue
+        started = time.perf_counter()
+        with open_store(settings.db_path) as con:
+            written, write_failures = _write_group(con, summarized, errors)
+        write_seconds = round((time.perf_counter() - started) / (len(summarized) + len(errors)), 3)
+        failures += [(item.conversation_id, error) for item, error in errors]
+        failures += list(write_failures.items())
+        for item, result, seconds in summarized:
+            if item.conversation_id in written:
+                generation, retired = written[item.conversation_id]
+                timings = {"gather": gather_seconds, "summarize": seconds, "write": write_seconds}
+                runs.append(_run_of(item, result, generation, retired, timings))
+        progress.advance(len(summarized) + len(errors))
+    if len(failures) == 1:
+        raise failures[0][1]
+    if failures:
+        raise SummarizationError(
+            f"{len(failures)} conversations failed: "
+            + "; ".join(f"{conversation}: {error}" for conversation, error in failures[:5])
+        )
+    return runs
+
+
+#: Extractive summaries of at least this many conversations are shared by worker processes.
+PARALLEL_MIN_CONVERSATIONS = 8
+
+
+def _extractive(
+    jobs: Sequence[tuple[str, str | None, dict[str, int]]],
+) -> list[tuple[SummaryResult, float]]:
+    """Extractive summaries of (content, prior summary, chunk and group sizes), with the
+    seconds each took."""
+    results = []
+    for content, prior, shape in jobs:
+        started = time.perf_counter()
+        result = summarize(content, SummarizerConfig(**shape), prior, CONTENT_TYPE)
+        results.append((result, round(time.perf_counter() - started, 3)))
+    return results
+
+
+def _groups(settings: Settings, conversation_ids: list[str]) -> list[list[str]]:
+    """The conversations in groups of about `GROUP_TURNS` turns, in the order given."""
+    if len(conversation_ids) <= 1:
+        return [conversation_ids] if conversation_ids else []
+    with open_store(settings.db_path, read_only=True) as con:
+        turns = dict(
+            con.execute(
+                "SELECT conversation_id, count(*) FROM episodes "
+                "WHERE conversation_id IN (SELECT unnest(?::TEXT[])) GROUP BY 1",
+                [conversation_ids],
+            ).fetchall()
+        )
+    groups: list[list[str]] = [[]]
+    size = 0
+    for conversation_id in conversation_ids:
+        if groups[-1] and size + turns.get(conversation_id, 0) > GROUP_TURNS:
+            groups.append([])
+            size = 0
+        groups[-1].append(conversation_id)
+        size += turns.get(conversation_id, 0)
+    return groups
+
+
+def _run_of(
+    gathered: ConversationInput,
+    result: SummaryResult,
+    generation: int | None,
+    retired: int,
+    seconds: dict[str, float],
+) -> SummaryRun:
+    tree = result.hierarchical
+    return SummaryRun(
+        conversation_id=gathered.conversation_id,
+        status="written" if generation is not None else "none",
+        level=result.level,
+        method=result.method,
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        compression_ratio=result.compression_ratio,
+        turns=gathered.turns,
+        sessions=gathered.sessions,
+        facts=gathered.facts,
+        l1=len(tree.l1_summaries) if tree else 0,
+        l2=len(tree.l2_summaries) if tree else 0,
+        generation=generation,
+        retired=retired,
+        final_id=final_id(gathered.conversation_id) if generation is not None else None,
+        preview=result.summary or "",
+        seconds=seconds,
+    )
+
+
+def _unchanged(
+    gathered: ConversationInput, prior: StoredSummary, seconds: dict[str, float]
+) -> SummaryRun:
+    return SummaryRun(
+        conversation_id=gathered.conversation_id,
+        status="unchanged",
+        level=prior.summary_level,
+        method=prior.method or "",
+        input_tokens=prior.input_tokens or 0,
+        output_tokens=prior.output_tokens or 0,
+        compression_ratio=prior.compression_ratio or 0.0,
+        turns=gathered.turns,
+        sessions=gathered.sessions,
+        facts=gathered.facts,
+        generation=prior.generation,
+        final_id=prior.id,
+        preview=prior.content,
+        seconds=seconds,
+    )
+
+
+Summarized = tuple[ConversationInput, SummaryResult, float]
+
+
+def _write_group(
+    con: duckdb.DuckDBPyConnection,
+    summarized: list[Summarized],
+    errors: list[tuple[ConversationInput, SummarizationError]],
+) -> tuple[dict[str, tuple[int | None, int]], dict[str, BaseException]]:
+    """Write a group's new trees and events in one transaction or, when that fails, one
+    transaction per conversation, so a bad tree keeps only itself out.
+
+    Returns ((generation, rows retired) per written conversation, the error per failed one).
+    """
+    try:
+        return _write_trees_and_events(con, summarized, errors), {}
+    except duckdb.Error:
+        if len(summarized) <= 1:
+            raise
+    written: dict[str, tuple[int | None, int]] = {}
+    failed: dict[str, BaseException] = {}
+    for one in summarized:
+        try:
+            written.update(_write_trees_and_events(con, [one], []))
+        except duckdb.Error as error:
+            failed[one[0].conversation_id] = error
+    _write_trees_and_events(con, [], errors)
+    return written, failed
+
+
+def _write_trees_and_events(
+    con: duckdb.DuckDBPyConnection,
+    summarized: list[Summarized],
+    errors: list[tuple[ConversationInput, SummarizationError]],
+) -> dict[str, tuple[int | None, int]]:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        written = write_summaries(con, [(item, result) for item, result, _ in summarized])
+        for item, result, _ in summarized:
+            generation, retired = written[item.conversation_id]
+            detail = f"{result.level.value}: {result.input_tokens} -> {result.output_tokens} tokens"
+            meta = {
+                "level": result.level.value,
+                "input_tokens": result.input_tokens,
+                "output_tokens": result.output_tokens,
+                "compression_ratio": result.compression_ratio,
+                "method": result.method,
+                "generation": generation,
+                "retired": retired,
+            }
+            memory_id = final_id(item.conversation_id) if generation is not None else None
+            record_event(con, item.conversation_id, "ok", detail, meta, memory_id=memory_id)
+        for item, error in errors:
+            record_event(con, item.conversation_id, "error", str(error), {"turns": item.turns})
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return written

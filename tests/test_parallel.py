@@ -1,0 +1,70 @@
+"""Worker processes give what one process gives (`memory_dag/parallel.py`), from scripts with
+or without a main guard, and the progress display follows the stages (`memory_dag/progress.py`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from memory_dag import progress
+from memory_dag.memories.entities import extract_entities, extract_entities_batch
+from memory_dag.parallel import process_map
+
+TEXTS = [
+    f"My wife Anne{i} lives in Paris. Email me at a{i}@example.org on 8 May 2023, #tag{i % 7}"
+    for i in range(2_500)
+]
+
+
+def lengths(texts: list[str]) -> list[int]:
+    return [len(text) for text in texts]
+
+
+def test_many_items_are_shared_by_workers_in_order() -> None:
+    assert process_map(lengths, TEXTS) == lengths(TEXTS)
+    assert process_map(lengths, TEXTS[:10]) == lengths(TEXTS[:10])  # in-process
+
+
+def test_a_script_without_a_main_guard_can_use_the_workers(tmp_path: Path) -> None:
+    """multiprocessing would make each worker run such a script again (and start workers)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from memory_dag.memories.entities import extract_entities_batch
+            texts = {TEXTS!r}
+            print(sum(len(found) for found in extract_entities_batch(texts)))
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    expected = sum(len(extract_entities(text)) for text in TEXTS)
+    assert int(done.stdout.strip()) == expected > 0
+
+
+def test_the_batch_finds_the_mentions_one_text_at_a_time_finds() -> None:
+    assert extract_entities_batch(TEXTS) == [extract_entities(text) for text in TEXTS]
+
+
+def test_the_display_shows_each_stage_with_its_items() -> None:
+    with progress.show_progress():
+        display = progress._display
+        with progress.stage("facts"):
+            progress.set_total(4, "sessions")
+            progress.advance(3)
+            [task] = display.tasks
+            assert (task.description, task.total, task.completed) == ("facts", 4, 3)
+        with progress.stage("summaries"):
+            pass
+        assert [(t.description, t.finished) for t in display.tasks] == [
+            ("facts", True),
+            ("summaries", True),
+        ]
+    with progress.stage("entities"):  # nothing is shown, nothing fails
+        progress.advance(1)
+    assert progress._display is None
