@@ -16,6 +16,9 @@ call these methods.
 
 `store()` is the one place that decides which store (DuckDB file, index, workspace) a request
 uses.
+
+(Over 500 lines on purpose: one method per verb of the public API, each with the docstring a
+user reads; split, the API would be scattered.)
 """
 
 from __future__ import annotations

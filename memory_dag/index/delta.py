@@ -21,6 +21,9 @@ the latest record of each memory wins: its published row is hidden, a `put` is s
 the published rows. Readers notice a new record by the file's size (one `stat` per search) and
 read only the new lines. Writers rewrite the file without what the published version holds
 (`compact`) when it grows, so it stays small.
+
+(About 500 lines on purpose: the record format, the incremental reader and the overlay are one
+concept and change together.)
 """
 
 from __future__ import annotations
@@ -404,22 +407,35 @@ def _vectors(
     )
 
 
+#: The BM25 terms of delta rows already seen (an overlay is rebuilt after every live write; a
+#: row's terms never change), keyed by what `bm25_documents` reads. Cleared when it grows large.
+_terms_seen: dict[tuple[str, Any, str], Counter[str]] = {}
+_TERMS_SEEN_LIMIT = 200_000
+
+
 def _text_statistics(overlay: Overlay) -> None:
     if not overlay.rows:
         return
-    frame = pl.DataFrame(
-        {
-            "search_text": [r["search_text"] for r in overlay.rows],
-            "event_time": [_time(r["event_time"]) for r in overlay.rows],
-            "kind": [r["kind"] for r in overlay.rows],
-        },
-        schema={
-            "search_text": pl.String,
-            "event_time": pl.Datetime("us", "UTC"),
-            "kind": pl.String,
-        },
-    )
-    overlay._terms = [Counter(tokenize(doc)) for doc in bm25_documents(frame).to_list()]
+    keys = [(r["search_text"], _time(r["event_time"]), r["kind"]) for r in overlay.rows]
+    missing = list(dict.fromkeys(k for k in keys if k not in _terms_seen))
+    if missing:
+        frame = pl.DataFrame(
+            {
+                "search_text": [k[0] for k in missing],
+                "event_time": [k[1] for k in missing],
+                "kind": [k[2] for k in missing],
+            },
+            schema={
+                "search_text": pl.String,
+                "event_time": pl.Datetime("us", "UTC"),
+                "kind": pl.String,
+            },
+        )
+        if len(_terms_seen) + len(missing) > _TERMS_SEEN_LIMIT:
+            _terms_seen.clear()
+        for key, doc in zip(missing, bm25_documents(frame).to_list(), strict=True):
+            _terms_seen[key] = Counter(tokenize(doc))
+    overlay._terms = [_terms_seen[k] for k in keys]
     overlay._lengths = np.asarray([sum(t.values()) for t in overlay._terms], dtype=np.float32)
     for terms in overlay._terms:
         overlay._document_frequency.update(terms.keys())

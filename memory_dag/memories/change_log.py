@@ -53,6 +53,17 @@ class Delta:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class StoredChanges:
+    """What the store says about changes after a revision: its folded journal position, the
+    change rows (unfiltered) and each conversation's revision. Read once per store version by
+    the context block (`read/context_block.py`); `changes` reads it afresh."""
+
+    folded: int
+    rows: tuple[dict[str, Any], ...]
+    revisions: tuple[tuple[str, int], ...]
+
+
 def changes(
     settings: Settings,
     since: int,
@@ -69,34 +80,55 @@ def changes(
     """
     scope = scope or Scope()
     conversation_id = conversation_id if conversation_id is not None else scope.conversation_id
+    with open_store(settings.db_path, read_only=True) as con:
+        scope.check_connection(con)
+        stored = stored_changes(con, since, conversation_id)
+    return delta_of(settings, since, stored, conversation_id=conversation_id, scope=scope)
+
+
+def stored_changes(con: Any, since: int, conversation_id: str | None) -> StoredChanges:
+    """The store's part of `changes` (on an open connection)."""
     where = "c.rev > ?"
     params: list[Any] = [since]
     if conversation_id is not None:
         where += " AND c.conversation_id = ?"
         params.append(conversation_id)
-    with open_store(settings.db_path, read_only=True) as con:
-        scope.check_connection(con)
-        folded = int(get_meta(con, JOURNAL_SEQ_KEY) or 0)
-        rows = fetch_dicts(
-            con,
-            "SELECT c.conversation_id, c.rev, c.event, c.memory_id, c.ts, c.meta, m.kind, "
-            "m.category, m.importance, m.content, m.user_id, m.session_id, m.attributes, "
-            "m.state AS memory_state, m.conversation_id AS memory_conversation FROM change_log c "
-            f"LEFT JOIN memories m ON m.id = c.memory_id WHERE {where} "
-            "ORDER BY c.conversation_id, c.rev",
-            params,
-        )
-        revision_rows = con.execute(
-            "SELECT conversation_id, rev FROM conversation_revisions"
-            + (" WHERE conversation_id = ?" if conversation_id is not None else ""),
-            [conversation_id] if conversation_id is not None else [],
-        ).fetchall()
+    folded = int(get_meta(con, JOURNAL_SEQ_KEY) or 0)
+    rows = fetch_dicts(
+        con,
+        "SELECT c.conversation_id, c.rev, c.event, c.memory_id, c.ts, c.meta, m.kind, "
+        "m.category, m.importance, m.content, m.user_id, m.session_id, m.attributes, "
+        "m.state AS memory_state, m.conversation_id AS memory_conversation FROM change_log c "
+        f"LEFT JOIN memories m ON m.id = c.memory_id WHERE {where} "
+        "ORDER BY c.conversation_id, c.rev",
+        params,
+    )
     for row in rows:
         row["meta"] = json.loads(row["meta"]) if row["meta"] else {}
-    revisions = {conversation: int(rev) for conversation, rev in revision_rows}
+    revision_rows = con.execute(
+        "SELECT conversation_id, rev FROM conversation_revisions"
+        + (" WHERE conversation_id = ?" if conversation_id is not None else ""),
+        [conversation_id] if conversation_id is not None else [],
+    ).fetchall()
+    revisions = tuple((conversation, int(rev)) for conversation, rev in revision_rows)
+    return StoredChanges(folded, tuple(rows), revisions)
+
+
+def delta_of(
+    settings: Settings,
+    since: int,
+    stored: StoredChanges,
+    *,
+    conversation_id: str | None,
+    scope: Scope,
+) -> Delta:
+    """`changes` from the store's part (rows after `since` of it are used) and the live
+    writes not folded yet, read through `scope` (whose store check the caller made)."""
+    revisions = dict(stored.revisions)
     if conversation_id is not None:
         revisions.setdefault(conversation_id, 0)
-    live = live_changes(settings, folded, revisions, conversation_id)
+    rows = [dict(row) for row in stored.rows if row["rev"] > since]
+    live = live_changes(settings, stored.folded, revisions, conversation_id)
     rows += [row for row in live if row["rev"] > since]
     rows = [row for row in rows if _readable(scope, row)]
     for row in rows:

@@ -16,6 +16,9 @@ gate take either writer. `MemoryWriter` runs each call on the DuckDB file at onc
 
 The pipeline folds the journal into DuckDB by replaying the same calls on a `MemoryWriter`
 (`fold.py`), with the same memory ids, so nothing is written twice.
+
+(Over 500 lines on purpose: `LiveView`, `LiveWriter` and `LiveStore` mirror `MemoryWriter`
+call for call; kept together so the two writers are compared side by side.)
 """
 
 from __future__ import annotations
