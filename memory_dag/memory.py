@@ -205,21 +205,10 @@ class Memory:
             closed_run_id=recorded.closed,
         )
 
-    def update(
-        self,
-        memory_id: str,
-        text: str,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        conversation_id: str | None = None,
-        now: datetime | None = None,
-    ) -> ChangeResult:
-        """Replace a memory with a corrected text; the new memory has a new id (`id`)."""
-        scope = self.scope(user_id=user_id, agent_id=agent_id, conversation_id=conversation_id)
-        live = self._live_store(self.store(user_id))
-        with live.writer(actor=ACTOR, scope=scope, now=now) as writer:
-            result = correct_on(writer, memory_id, text, scope=scope)
+    def update(self, memory_id: str, text: str, **scope: Any) -> ChangeResult:
+        """Replace a memory with a corrected text; the new memory has a new id (`id`).
+        `scope`: user_id, agent_id, conversation_id (and `now`), as for every write."""
+        result = self._write(lambda w, s: correct_on(w, memory_id, text, scope=s), **scope)
         return ChangeResult(status=result.status, id=result.memory_id, replaced_id=memory_id)
 
     def delete(self, memory_id: str, **scope: Any) -> ChangeResult:
@@ -234,21 +223,24 @@ class Memory:
         """Protect a memory from decay."""
         return self._change(memory_id, "confirmed", **scope)
 
-    def _change(
+    def _change(self, memory_id: str, status: str, **scope: Any) -> ChangeResult:
+        result = self._write(lambda w, s: change_on(w, memory_id, status, scope=s), **scope)
+        return ChangeResult(status=result.status, id=result.memory_id)
+
+    def _write(
         self,
-        memory_id: str,
-        status: str,
+        action: Any,
         *,
         user_id: str | None = None,
         agent_id: str | None = None,
         conversation_id: str | None = None,
         now: datetime | None = None,
-    ) -> ChangeResult:
+    ) -> Any:
+        """Run `action(writer, scope)` as one live write (durable and searchable on return)."""
         scope = self.scope(user_id=user_id, agent_id=agent_id, conversation_id=conversation_id)
         live = self._live_store(self.store(user_id))
         with live.writer(actor=ACTOR, scope=scope, now=now) as writer:
-            result = change_on(writer, memory_id, status, scope=scope)
-        return ChangeResult(status=result.status, id=result.memory_id)
+            return action(writer, scope)
 
     # ----------------------------------------------------------------- reads
 
