@@ -163,10 +163,11 @@ def measure_write_to_searchable(memory: Memory, root: Path, calls: int) -> None:
     assert reader.stdin is not None and reader.stdout is not None
     assert reader.stdout.readline().strip() == "ready"
     delays, missed = [], 0
+    rng = random.Random(7)
     for n in range(calls):
-        token = f"zq{n:05d}x{random.randrange(10**6):06d}"
+        token = "".join(rng.choice("bcdfghjklmnprstvz") + rng.choice("aeiou") for _ in range(5))
         started = time.time()
-        said = [{"role": "user", "content": f"Remember the locker code {token}, please."}]
+        said = [{"role": "user", "content": f"My new code word is {token}, number {n}."}]
         memory.add(said, user_id=USER, conversation_id="conv-00")  # a turn: always recorded
         reader.stdin.write(f"{token} {started}\n")
         reader.stdin.flush()
