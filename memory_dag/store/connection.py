@@ -38,6 +38,8 @@ def is_lock_error(error: BaseException) -> bool:
     message = str(error).lower()
     if isinstance(error, duckdb.ConnectionException):
         return "different configuration" in message
+    if isinstance(error, duckdb.BinderException):  # a writer while this process reads it
+        return "unique file handle conflict" in message
     return isinstance(error, duckdb.IOException) and (
         "could not set lock" in message or "conflicting lock" in message
     )
@@ -76,7 +78,7 @@ def connect(
         try:
             con = duckdb.connect(str(path), read_only=read_only)
             break
-        except (duckdb.IOException, duckdb.ConnectionException) as error:
+        except (duckdb.IOException, duckdb.ConnectionException, duckdb.BinderException) as error:
             if not is_lock_error(error) or time.monotonic() >= deadline:
                 if is_lock_error(error):
                     raise StoreLockedError(
