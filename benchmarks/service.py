@@ -11,9 +11,9 @@ embedded defaults, no LLM), then times, warm, on the paths a user takes:
     search     Memory.search, one user, one conversation (published index + live delta)
     query      Memory.query (memory.query, the supervisor's allowlist, bullets)
     context    Memory.context (the block injected before a turn)
-    proxy      POST /v1/chat/completions through `memory-dag serve` (uvicorn on loopback, the
-               real openai client) minus the same call made directly to the upstream (the
-               tests' scripted OpenAI-compatible server, answering at once): the added latency
+    proxy      POST /v1/chat/completions through `memory-dag serve` (its own process, uvicorn
+               on loopback; the real openai client) minus the same call made directly to the
+               upstream (the tests' scripted OpenAI-compatible server, answering at once)
     write→searchable  one process adds a memory (`Memory.add(text)`); a second, warm process
                polls `Memory.search` for it; time from the start of the write to the first
                search that returns it
@@ -28,6 +28,7 @@ import argparse
 import os
 import random
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -125,15 +126,40 @@ def measure_memory(memory: Memory, queries: list[tuple[str, str]], calls: int, r
 
 
 def measure_proxy(memory: Memory, calls: int) -> None:
+    import httpx
     import openai
 
-    from memory_dag.service.app import ServiceConfig, create_app
     from tests.openai_server import Reply, ScriptedOpenAIServer
-    from tests.service.server import running
 
+    settings = memory.settings
     with ScriptedOpenAIServer(handler=lambda body: Reply.text("Sure.")) as upstream:
-        config = ServiceConfig(upstream_base_url=upstream.base_url, open_user=USER)
-        with running(create_app(memory, config)) as url:
+        with socket.socket() as probe:  # a free port for `memory-dag serve`
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = {
+            **os.environ,
+            "MEMORY_DAG_WORKSPACE": str(settings.workspace),
+            "MEMORY_DAG_DB": str(settings.db_path),
+            "MEMORY_DAG_INDEX_DIR": str(settings.index_dir),
+            "MEMORY_DAG_UPSTREAM_BASE_URL": upstream.base_url,
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-m", "memory_dag.cli.main", "serve", "--port", str(port),
+             "--user", USER],
+            env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if httpx.get(f"{url}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("memory-dag serve did not start")
+                time.sleep(0.2)
             direct = openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0)
             proxied = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
             headers = {"X-Memory-Conversation": "conv-01"}
@@ -149,9 +175,12 @@ def measure_proxy(memory: Memory, calls: int) -> None:
             for _ in range(calls):  # interleaved, so load hits both alike
                 plain += timed(lambda: ask(direct, {}), 1)
                 through += timed(lambda: ask(proxied, headers), 1)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
     added = [t - p for t, p in zip(sorted(through), sorted(plain), strict=True)]
     print(f"  {'upstream direct':<22} {percentiles(plain)}   n={len(plain)}")
-    print(f"  {'through the proxy':<22} {percentiles(through)}   n={len(through)}")
+    print(f"  {'through the proxy':<22} {percentiles(through)}   n={len(through)} (serve)")
     print(f"  {'proxy overhead':<22} {percentiles(added)}   (proxy minus direct, by rank)")
 
 
