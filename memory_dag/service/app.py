@@ -321,8 +321,4 @@ def serve(
     server.run(sockets=[sock] if sock is not None else None)
 
 
-def _say(message: str) -> None:
-    print(f"memory-dag serve: {message}", file=sys.stderr, flush=True)
-
-
 __all__ = ["ServiceConfig", "ServiceConfigError", "create_app", "is_loopback", "serve"]
