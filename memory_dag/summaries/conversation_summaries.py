@@ -438,7 +438,7 @@ def _nodes(gathered: ConversationInput, result: SummaryResult, generation: int) 
     tree = result.hierarchical
     final_sources: list[str]
     if tree is not None:
-        chunks = chunk_text(gathered.content, tree.chunk_size, tree.chunk_overlap)
+        chunks = tree.chunks or chunk_text(gathered.content, tree.chunk_size, tree.chunk_overlap)
         covered = chunk_sources(gathered.content, gathered.sources, chunks)
         for l1 in tree.l1_summaries:
             node_id = summary_id(cid, 1, l1.chunk_index)

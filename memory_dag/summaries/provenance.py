@@ -28,11 +28,13 @@ class Content:
         self.parts: list[str] = []
         self.length = 0
         self.sources: list[Source] = []
+        self._uncategorized = read_as(None)  # looked up once: a conversation adds thousands
 
     def add(self, text: str, source_id: str | None = None, category: str | None = None) -> None:
         if source_id is not None:
             end = self.length + len(text)
-            self.sources.append(Source(source_id, self.length, end, read_as(category)))
+            read = category if category is not None else self._uncategorized
+            self.sources.append(Source(source_id, self.length, end, read))
         self.parts.append(text)
         self.length += len(text)
 

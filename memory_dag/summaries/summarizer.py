@@ -118,6 +118,8 @@ class HierarchicalSummary(BaseModel):
     l3_summary: str
     chunk_size: int = 3000
     chunk_overlap: int = 200
+    #: The input's chunks, in order (what provenance maps sources onto; not serialised).
+    chunks: list[str] = Field(default_factory=list, exclude=True)
 
 
 class SummaryResult(BaseModel):
@@ -251,6 +253,7 @@ def _summarize(
         l3_summary=final,
         chunk_size=config.chunk_size,
         chunk_overlap=config.chunk_overlap,
+        chunks=chunks,
     )
     return _result(level, final, tree, input_tokens, engine.method)
 
