@@ -53,7 +53,7 @@ def measure(
         start_new_session=True,
     )
     try:
-        settled_runs = _wait_for_quiet(home, minimum_runs=1)
+        settled_runs = _wait_for_quiet(home, minimum_runs=1, quiet_seconds=QUIET_SECONDS)
         print(f"  the sensors' first runs are done ({settled_runs} runs)", flush=True)
         written = time.time()
         marker = "zebra-sensor"
@@ -74,8 +74,14 @@ def measure(
     }
 
 
-def _wait_for_quiet(home: Path, minimum_runs: int) -> int:
-    """Until at least `minimum_runs` runs exist and none is queued or running for 6 s."""
+#: Quiet this long before the new file is written: longer than the slowest sensor's interval
+#: (60 s), so every sensor has made its first evaluation (a fresh cursor) and run it asked for.
+QUIET_SECONDS = 65
+
+
+def _wait_for_quiet(home: Path, minimum_runs: int, quiet_seconds: float = 6) -> int:
+    """Until at least `minimum_runs` runs exist and none is queued or running for
+    `quiet_seconds`."""
     import dagster as dg
     from whole_graph import open_instance
 
@@ -87,7 +93,7 @@ def _wait_for_quiet(home: Path, minimum_runs: int) -> int:
         busy = [r for r in runs if not r.is_finished]
         if len(runs) >= minimum_runs and not busy:
             quiet_since = quiet_since or time.monotonic()
-            if time.monotonic() - quiet_since > 6:
+            if time.monotonic() - quiet_since > quiet_seconds:
                 failed = [r.run_id for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
                 if failed:
                     raise RuntimeError(f"sensor runs failed: {failed}")
@@ -175,4 +181,13 @@ def report(result: dict[str, Any]) -> None:
         )
         for asset, item in run["recomputed"].items():
             details = json.dumps({k: v for k, v in item.items() if k != "partitions"})
-            print(f"    {asset}: partitions {item['partitions'] or '-'} {details}")
+            print(f"    {asset}: partitions {_shown(item['partitions'])} {details}")
+
+
+def _shown(partitions: list[str] | None) -> str:
+    """A run's partitions, short: the count and the first few."""
+    if not partitions:
+        return "-"
+    if len(partitions) <= 3:
+        return ", ".join(partitions)
+    return f"{len(partitions)} ({', '.join(sorted(partitions)[:3])}, …)"
