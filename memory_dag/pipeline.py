@@ -1,6 +1,7 @@
 """The whole pipeline as plain functions, in the order the Dagster job runs its assets.
 
-files → chunks → facts → entities → summaries → embeddings → search index and DuckDB FTS
+files → chunks → facts (live writes folded first, `memories/fold.py`) → entities → summaries
+→ embeddings → search index and DuckDB FTS
 
 Each stage opens the store briefly, does incremental work, and returns a `StageReport`
 (counts, timings, a preview) that the Dagster assets turn into metadata and the CLI prints.

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memory_dag.memories.categories import (
@@ -203,13 +204,6 @@ class Scope:
         """`check_store` with the user count read on an open connection."""
         self.check_store(store_users(con))
 
-    def check_index(self, index: Any) -> None:
-        """`check_store` for a published index (its manifest counts the store's users)."""
-        users = index.manifest.get("store_users")
-        if users is None:  # an index built before the count was recorded: its own rows
-            users = sum(1 for value in index.codes["user_id"][1] if value is not None)
-        self.check_store(int(users))
-
     # ----------------------------------------------------------------- rows
 
     def allows(self, row: Mapping[str, Any], *, across_conversations: bool = False) -> bool:
@@ -288,6 +282,49 @@ class Scope:
             kind=readable,
         )
 
+    def narrow(self, filters: SearchFilters, requested: Mapping[str, Any] | None) -> SearchFilters:
+        """`filters` (this scope's) narrowed by a request's own filters, never widened.
+
+        The request may name kind, category, role, speaker, agent_id, source, path,
+        importance_min/max, pinned, updated_after/before. A kind or category it names that
+        the scope may not read is left out (a category outside the agent's allowlist is
+        AccessDenied); user, run and conversation are the scope's, never a filter's.
+        """
+        from memory_dag.index.search import SearchFilters as Filters
+
+        given = dict(requested or {})
+        unknown = sorted(set(given) - set(NARROWING_FILTERS))
+        if unknown:
+            raise AccessDenied(
+                f"unknown or scope filters {unknown}: filters take "
+                f"{', '.join(NARROWING_FILTERS)}; user, run and conversation are the caller's"
+            )
+        changes: dict[str, Any] = {}
+        for key in ("kind", "category"):
+            if key in given:
+                wanted = _as_list(given.pop(key))
+                if key == "category" and self.categories is not None:
+                    denied = sorted(set(wanted) - self.categories)
+                    if denied:
+                        raise AccessDenied(f"the caller may not read categories {denied}")
+                allowed = getattr(filters, key)
+                changes[key] = [v for v in wanted if allowed is None or v in _as_list(allowed)]
+        for key in ("role", "speaker", "agent_id", "source"):
+            if key in given:
+                changes[key] = _as_list(given.pop(key))
+        for key in ("updated_after", "updated_before"):
+            if given.get(key) is not None:
+                changes[key] = _as_time(given.pop(key))
+        for key in ("importance_min", "importance_max"):
+            if given.get(key) is not None:
+                changes[key] = int(given.pop(key))
+        if given.get("pinned") is not None:
+            pinned = given.pop("pinned")
+            changes["pinned"] = pinned if isinstance(pinned, bool) else str(pinned) in TRUE
+        if given.get("path") is not None:
+            changes["path"] = str(given.pop("path"))
+        return replace(filters, **changes) if isinstance(filters, Filters) else filters
+
     # ----------------------------------------------------------------- writes
 
     def check_target(self, row: Mapping[str, Any]) -> None:
@@ -301,6 +338,31 @@ class Scope:
                 f"{row.get('id')} is outside this scope (user {self.user_id!r}, conversation "
                 f"{self.conversation_id!r}, agent {self.agent!r}; its category {category!r})"
             )
+
+
+#: Filters a request may add to its scope's (`Scope.narrow`).
+NARROWING_FILTERS = (
+    "kind", "category", "role", "speaker", "agent_id", "source", "path", "importance_min",
+    "importance_max", "pinned", "updated_after", "updated_before",
+)  # fmt: skip
+
+
+TRUE = ("1", "true", "True", "yes")
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _as_time(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError as error:
+        raise ValueError(f"not a time: {value!r} (use ISO 8601)") from error
 
 
 def store_users(con: Any) -> int:

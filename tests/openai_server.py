@@ -152,6 +152,8 @@ class ScriptedOpenAIServer:
                     reply = reply.then
                 if reply.kind == "status":
                     self._send(reply.code, reply.body)
+                elif body.get("stream"):
+                    self._send(200, _event_stream(body, reply.content), "text/event-stream")
                 else:
                     self._send(200, json.dumps(_completion(body, reply.content)))
 
@@ -182,11 +184,11 @@ class ScriptedOpenAIServer:
                 }
                 self._send(200, json.dumps(out))
 
-            def _send(self, code: int, text: str) -> None:
+            def _send(self, code: int, text: str, content_type: str = "application/json") -> None:
                 payload = text.encode("utf-8")
                 try:
                     self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
@@ -249,6 +251,30 @@ class ScriptedOpenAIServer:
 
 def _error_body(message: str) -> str:
     return json.dumps({"error": {"message": message, "type": "scripted", "code": None}})
+
+
+def _event_stream(request: dict[str, Any], content: str) -> str:
+    """A streamed answer: one `chat.completion.chunk` event per word, then `[DONE]`."""
+    created = int(time.time())
+    name = f"chatcmpl-scripted-{time.monotonic_ns()}"
+    words = content.split(" ")
+    pieces = [w if i == len(words) - 1 else w + " " for i, w in enumerate(words)]
+    events = []
+    for index, piece in enumerate([*pieces, None]):
+        delta = {"content": piece} if piece is not None else {}
+        if index == 0:
+            delta["role"] = "assistant"
+        chunk = {
+            "id": name,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": request.get("model", "scripted-model"),
+            "choices": [
+                {"index": 0, "delta": delta, "finish_reason": None if piece is not None else "stop"}
+            ],
+        }
+        events.append(f"data: {json.dumps(chunk)}\n\n")
+    return "".join(events) + "data: [DONE]\n\n"
 
 
 def _completion(request: dict[str, Any], content: str) -> dict[str, Any]:

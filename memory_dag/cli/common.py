@@ -46,31 +46,108 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
 
-def add_scope_flags(parser: argparse.ArgumentParser, *, agent: bool = True) -> None:
-    """`--user` (and `--agent`): who the command acts for (`memory_dag/scope.py`)."""
+def add_scope_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    agent: bool = True,
+    run: bool = True,
+    conversation: bool = False,
+) -> None:
+    """The scope flags (`memory_dag/scope.py`), named as `Memory`'s and the REST API's
+    parameters: `--user` (user_id), `--agent` (agent_id: whose allowlist applies), `--run`
+    (run_id: one session; `--session` is its old name) and `--conversation`."""
     parser.add_argument("--user", help="the user the caller acts for (multi-user stores need it)")
     if agent:
         parser.add_argument("--agent", help="whose category allowlist applies (categories.yaml)")
+    if run:
+        parser.add_argument("--run", "--session", dest="run", help="one session (run) only")
+    if conversation:
+        parser.add_argument("--conversation", help="the conversation (its shared memories too)")
+
+
+def add_limit_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    limit: int | None,
+    min_score: str | None = None,
+    max_tokens: str | None = None,
+    old: dict[str, str] | None = None,
+) -> None:
+    """`--limit` (results), `--min-score` (least relevance) and `--max-tokens` (budget): one
+    name for each everywhere (`min_score`, `max_tokens`: the default to show, None: no such
+    flag); `old` maps an earlier flag name, kept working, to its dest."""
+    shown = f" (default {limit})" if limit is not None else ""
+    parser.add_argument("--limit", type=int, default=limit, help=f"results at most{shown}")
+    if min_score is not None:
+        parser.add_argument(
+            "--min-score", type=float, default=None, help=f"least relevance ({min_score})"
+        )
+    if max_tokens is not None:
+        parser.add_argument(
+            "--max-tokens", type=int, default=None, help=f"token budget ({max_tokens})"
+        )
+    for flag, dest in (old or {}).items():
+        parser.add_argument(flag, dest=dest, type=type_of(dest), help=argparse.SUPPRESS)
+
+
+def type_of(dest: str) -> type:
+    return float if dest == "min_score" else int
 
 
 def scope_from_args(args: argparse.Namespace) -> Scope:
-    """The caller's scope from whichever of --user, --agent, --conversation, --session it has."""
+    """The caller's scope from whichever of --user, --agent, --conversation, --run it has."""
     conversation = getattr(args, "conversation", None)
     return Scope.of(
         user_id=getattr(args, "user", None),
         agent=getattr(args, "agent", None),
         conversation_id=conversation if isinstance(conversation, str) else None,
-        run_id=getattr(args, "session", None),
+        run_id=getattr(args, "run", None),
     )
 
 
+def scope_kwargs(args: argparse.Namespace, *, run: bool = True) -> dict[str, Any]:
+    """`Memory`'s scope parameters from the flags."""
+    values = {
+        "user_id": getattr(args, "user", None),
+        "agent_id": getattr(args, "agent", None),
+        "conversation_id": getattr(args, "conversation", None),
+    }
+    if run:
+        values["run_id"] = getattr(args, "run", None)
+    return values
+
+
+def memory_from_args(args: argparse.Namespace) -> Any:
+    """`Memory` over the store the flags name (`--reranker` when the command has one)."""
+    from memory_dag.memory import Memory
+    from memory_dag.read.retriever import RetrievalConfig
+
+    reranker = getattr(args, "reranker", None)
+    retrieval = RetrievalConfig(reranker_model=reranker) if reranker else None
+    return Memory(settings_from_args(args), retrieval=retrieval)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` (an argparse type: a misused flag prints the command's usage)."""
+    key, separator, value = text.partition("=")
+    if not separator or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
 def refused(command: str, action: Callable[[], int]) -> int:
-    """Run a command; a request outside its scope is a message and exit status 2."""
+    """Run a command; a request outside its scope is a message and exit status 2, an
+    impossible operation (an unknown id, an invalid text) a message and exit status 1."""
+    from memory_dag.memories.writer import MemoryOpError
+
     try:
         return action()
     except (AccessDenied, UnknownCategory) as error:
         print(f"memory-dag {command}: rejected: {error}", file=sys.stderr)
         return REFUSED
+    except MemoryOpError as error:
+        print(f"memory-dag {command}: {error}", file=sys.stderr)
+        return 1
 
 
 def require_store(args: argparse.Namespace) -> None:

@@ -17,14 +17,11 @@ from typing import Any
 
 from memory_dag.cli.common import (
     Interrupted,
-    add_scope_flags,
     exit_now,
     print_json,
-    refused,
     report_error,
     require_store,
     restore_signals,
-    scope_from_args,
     settings_from_args,
     signal_exit_code,
     stop_on_signals,
@@ -221,41 +218,7 @@ def _print_ingest_summary(summary: dict[str, Any]) -> None:
     print(f'done in {summary["seconds"]}s. Try: memory-dag search "what does the user like?"')
 
 
-# --- search / sql ----------------------------------------------------------------------------
-
-
-def cmd_search(args: argparse.Namespace) -> int:
-    return refused("search", lambda: _search(args))
-
-
-def _search(args: argparse.Namespace) -> int:
-    from memory_dag.index.search import search
-
-    settings = settings_from_args(args)
-    hits = search(
-        args.query,
-        settings=settings,
-        k=args.k,
-        conversation=args.conversation,
-        session=args.session,
-        source=args.source,
-        path=args.path,
-        kind=args.kind,
-        min_score=args.min_score,
-        fusion=args.fusion,
-        scope=scope_from_args(args),
-    )
-    if args.json:
-        print_json([hit.to_dict() for hit in hits])
-        return 0
-    if not hits:
-        print("no results above the minimum score (try --min-score 0)")
-    for rank, hit in enumerate(hits, 1):
-        where = f"{hit.path}:{hit.start_line}-{hit.end_line}"
-        print(f"{rank}. [{hit.score:.3f}] {where}")
-        snippet = hit.snippet if len(hit.snippet) <= 300 else hit.snippet[:297] + "..."
-        print("   " + snippet.replace("\n", "\n   "))
-    return 0
+# --- sql ---------------------------------------------------------------------------------
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -370,33 +333,6 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--no-dagster", action="store_true", help="run the library stages only")
     ingest.set_defaults(func=cmd_ingest, creates_store=True)
 
-    search = commands.add_parser("search", parents=[common], help="hybrid search")
-    search.add_argument("query")
-    search.add_argument("--k", type=int, default=None, help="results (default 6)")
-    search.add_argument("--conversation")
-    search.add_argument("--session")
-    search.add_argument("--source", choices=["memory", "sessions"])
-    search.add_argument("--path", help="a file, or a folder ending in /")
-    search.add_argument(
-        "--kind",
-        choices=[
-            "note",
-            "entry",
-            "transcript",
-            "fact",
-            "summary",
-            "reflection",
-            "insight",
-            "procedural",
-        ],
-    )
-    add_scope_flags(search)
-    search.add_argument("--min-score", type=float, default=None, help="default 0.35")
-    search.add_argument(
-        "--fusion", choices=["zscore", "blend", "rrf"], default=None, help="default zscore"
-    )
-    search.set_defaults(func=cmd_search)
-
     sql = commands.add_parser("sql", parents=[common], help="run SQL on the store (read-only)")
     sql.add_argument("query")
     sql.set_defaults(func=cmd_sql)
@@ -423,13 +359,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_modules() -> list[Any]:
     """Command groups kept beside the code they drive (memory operations, summaries, ...)."""
-    from memory_dag.cli import memories, read, shards, summaries
+    from memory_dag.cli import memories, read, service, shards, summaries
 
-    return [memories.register, read.register, summaries.register, shards.register]
+    return [
+        memories.register,
+        read.register,
+        summaries.register,
+        service.register,
+        shards.register,
+    ]
+
+
+def _usage_of_each_command(parser: argparse.ArgumentParser) -> None:
+    """Give every (sub)command its own parser as `command_parser`: a value a command cannot
+    use (a bad id, a malformed filter) prints that command's usage, as argparse's own errors do."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                subparser.set_defaults(command_parser=subparser)
+                _usage_of_each_command(subparser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _usage_of_each_command(parser)
+    args = parser.parse_args(argv)
     previous = stop_on_signals()
     try:
         require_store(args)
@@ -438,6 +392,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = stop.signal_name if isinstance(stop, Interrupted) else "SIGINT"
         print(f"memory-dag: stopped by {name}", file=sys.stderr)
         return signal_exit_code(name)
+    except BrokenPipeError:  # the reader (`| head`) has gone: nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except ValueError as error:  # a value the command cannot use: its usage, exit 2
+        args.command_parser.error(str(error))
     except Exception as error:
         code = report_error(error)
         if code is None:

@@ -1,68 +1,135 @@
-"""CLI commands over the agent-facing memory operations and the write path.
+"""CLI commands over `Memory` and the store's memory lookups.
 
-`remember`, `correct`, `confirm`, `forget`, `restore`, `stats`, `entity`, `history`, `changes`,
-`consent list|accept|reject` and `consolidate`: each calls the library function of the same
-name in `memory_dag.memories` or `write_path`, so the CLI, an agent and the Dagster assets
-share one code path. Writes publish the search index before returning, so the next
-`memory-dag search` sees them. Each acts for the
-scope of `--user`, `--agent`, `--conversation`, `--session` (`memory_dag/scope.py`); a refused
-request exits with status 2, an impossible operation with 1.
+The write side speaks `Memory`'s verbs (mem0's): `add` (old name `remember`), `update`
+(`correct`), `delete` (`forget`), `restore`, `confirm`, and the reads `get`, `list`, `history`;
+each calls the `Memory` method of the same name, as the service does, so a write is live
+(durable and searchable when the command returns, whatever a pipeline is doing). `stats`,
+`entity`, `changes`, `consent list|accept|reject` and `consolidate` call the library function
+of the same name. Every command acts for the scope of `--user`, `--agent`, `--run`,
+`--conversation` (`memory_dag/scope.py`); a refused request exits with status 2, an impossible
+operation with 1. Every listing shows ids, so what one command printed feeds the next.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
+import json
 from typing import Any
 
 from memory_dag.cli.common import (
+    add_limit_flags,
     add_scope_flags,
+    memory_from_args,
     print_json,
     refused,
     scope_from_args,
+    scope_kwargs,
     settings_from_args,
 )
-from memory_dag.memories import agent_ops, change_log, consent, lookups
-from memory_dag.memories.writer import MemoryOpError
+from memory_dag.memories import change_log, consent, lookups
+from memory_dag.memory_results import (
+    AddResult,
+    ChangeResult,
+    HistoryResult,
+    MemoryItem,
+    MemoryList,
+    Result,
+)
 
 
 def _run(args: argparse.Namespace, action: Any) -> int:
-    """Run one operation; an impossible operation is a message and exit status 1, a request
-    outside the caller's scope status 2, never a traceback."""
+    """Run one operation and print its result (JSON with `--json`, ids only with `-q`)."""
     return refused(args.command, lambda: _operate(args, action))
 
 
 def _operate(args: argparse.Namespace, action: Any) -> int:
-    try:
-        result = action(settings_from_args(args))
-    except MemoryOpError as error:
-        print(f"memory-dag: {error}", file=sys.stderr)
-        return 1
+    result = action(args)
     if args.json:
         print_json(_plain(result))
+    elif getattr(args, "quiet", False):
+        print("\n".join(_ids(result)))
     else:
         print(args.render(result))
     return 0
 
 
 def _plain(value: Any) -> Any:
-    """JSON-ready: dataclasses (results, proposals) as dicts, lists of them as lists."""
+    """JSON-ready: results as dicts, dataclasses (proposals, deltas) too, lists of them."""
     if isinstance(value, list):
         return [_plain(item) for item in value]
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    if isinstance(value, Result):
+        return value.to_dict()
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value  # type: ignore[arg-type]
+
+
+def _ids(result: Any) -> list[str]:
+    if isinstance(result, AddResult):
+        return [event.id for event in result.results] or result.turns
+    if isinstance(result, ChangeResult):
+        return [result.id]
+    return []
 
 
 # --------------------------------------------------------------------------- text output
 
 
-def _write_line(result: agent_ops.WriteResult) -> str:
-    line = f"{result.status} {result.memory_id}"
-    if result.replaced_id:
-        line += f" (replaces {result.replaced_id})"
-    if result.revision is not None:
-        line += f", revision {result.revision}"
-    return line
+def _added_text(result: AddResult) -> str:
+    lines = [f"{e.event:<7} {e.id}  {e.memory}" for e in result.results]
+    if result.turns:
+        where = f"conversation {result.conversation_id or '-'}, run {result.run_id}"
+        lines.append(f"recorded {len(result.turns)} turn(s) ({where}): {', '.join(result.turns)}")
+    if result.closed_run_id:
+        lines.append(f"run {result.closed_run_id} closed (consolidated by the next pipeline run)")
+    return "\n".join(lines) or "nothing to remember"
+
+
+def _change_text(result: ChangeResult) -> str:
+    line = f"{result.status} {result.id}"
+    return line + (f" (replaces {result.replaced_id})" if result.replaced_id else "")
+
+
+def _item_line(item: MemoryItem) -> str:
+    label = item.category or item.role or item.kind
+    state = "" if item.state == "active" else f" ({item.state})"
+    return f"{item.id}  [{label}]{state} {item.memory}"
+
+
+def _item_text(item: MemoryItem | None) -> str:
+    if item is None:
+        return "no such memory"
+    fields = {
+        "kind": item.kind,
+        "user": item.user_id,
+        "conversation": item.conversation_id,
+        "run": item.run_id,
+        "importance": item.importance,
+        "created": item.created_at,
+        "sources": ", ".join(item.source_ids) or None,
+    }
+    extra = ", ".join(f"{k} {v}" for k, v in fields.items() if v is not None)
+    return f"{_item_line(item)}\n  {extra}"
+
+
+def _list_text(listing: MemoryList) -> str:
+    return "\n".join(_item_line(item) for item in listing.results) or "no memories"
+
+
+def _history_text(record: HistoryResult) -> str:
+    memory = record.memory
+    lines = [
+        f"{memory.id} ({memory.kind}, {memory.state}): {memory.memory}",
+        f"  sources: {', '.join(memory.source_ids) or '-'}",
+    ]
+    for event in record.events:
+        refs = " -> ".join(ref for ref in (event.old_ref, event.new_ref) if ref)
+        reason = event.meta.get("reason") or event.meta.get("op") or ""
+        pending = "  (live, not folded yet)" if event.pending else ""
+        lines.append(
+            f"{event.at:%Y-%m-%d %H:%M:%S}  {event.event:<8} {event.actor or '-':<10} "
+            f"{refs}  {reason}{pending}".rstrip()
+        )
+    return "\n".join(lines)
 
 
 def _stats_text(stats: dict[str, Any]) -> str:
@@ -97,35 +164,22 @@ def _entity_text(profiles: list[dict[str, Any]]) -> str:
         ]
         for memory in entity["memories"]:
             when = f" {memory['event_time']:%Y-%m-%d}" if memory["event_time"] else ""
-            lines.append(f"  - [{memory['kind']}{when}] {memory['content'][:160]} ({memory['id']})")
+            lines.append(f"  {memory['id']}  [{memory['kind']}{when}] {memory['content'][:160]}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
-
-
-def _history_text(record: dict[str, Any]) -> str:
-    memory = record["memory"]
-    lines = [
-        f"{memory['id']} ({memory['kind']}, {memory['state']}): {memory['content']}",
-        f"  sources: {', '.join(memory['source_ids']) or '-'}",
-    ]
-    if memory["supersedes"]:
-        lines.append(f"  supersedes {memory['supersedes']}")
-    if memory["replaced_by"]:
-        lines.append(f"  replaced by {memory['replaced_by']}")
-    for event in record["history"]:
-        refs = " -> ".join(ref for ref in (event["old_ref"], event["new_ref"]) if ref)
-        reason = event["meta"].get("reason") or event["meta"].get("op") or ""
-        lines.append(
-            f"{event['ts']:%Y-%m-%d %H:%M:%S}  {event['event']:<8} {event['actor'] or '-':<10} "
-            f"{refs}  {reason}".rstrip()
-        )
-    return "\n".join(lines)
 
 
 def _changes_text(delta: change_log.Delta) -> str:
     revisions = ", ".join(f"{c or '(none)'}: rev {r}" for c, r in sorted(delta.revisions.items()))
     header = delta.header or f"No memory updates since rev {delta.since}."
-    return f"{header}\n({len(delta.changes)} changes; current {revisions or 'rev 0'})"
+    listing = [
+        f"rev {row['rev']:>4}  {row['event']:<12} {row['memory_id'] or '-'}  "
+        f"{(row['content'] or '')[:100]}"
+        for row in delta.changes
+    ]
+    return "\n".join(
+        [header, *listing, f"({len(delta.changes)} changes; current {revisions or 'rev 0'})"]
+    )
 
 
 def _proposal_line(proposal: consent.Proposal) -> str:
@@ -145,11 +199,23 @@ def _proposals_text(proposals: list[consent.Proposal]) -> str:
     return "\n".join(_proposal_line(p) for p in proposals) or "no proposals waiting for consent"
 
 
-def _reports_text(reports: list[Any]) -> str:
-    return "\n".join(report.line() for report in reports)
-
-
 # --------------------------------------------------------------------------- commands
+
+
+def _add(args: argparse.Namespace) -> AddResult:
+    memory = memory_from_args(args)
+    metadata = json.loads(args.metadata) if args.metadata else None
+    if not isinstance(metadata, dict | None):
+        raise ValueError("--metadata takes a JSON object")
+    given: Any = args.text if args.role is None else [{"role": args.role, "content": args.text}]
+    return memory.add(
+        given,
+        **scope_kwargs(args),
+        metadata=metadata,
+        infer=not args.no_infer,
+        category=args.category,
+        importance=args.importance,
+    )
 
 
 def cmd_consolidate(args: argparse.Namespace) -> int:
@@ -174,7 +240,7 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(_reports_text(reports))
+        print("\n".join(report.line() for report in reports))
         for report in reports:
             for note in report.notes if isinstance(report, WriteReport) else []:
                 print(note)
@@ -184,99 +250,133 @@ def cmd_consolidate(args: argparse.Namespace) -> int:
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add the memory commands (`commands` is the parser's subparsers object)."""
 
-    def add(name: str, summary: str, action: Any, render: Any) -> argparse.ArgumentParser:
-        parser = commands.add_parser(name, parents=[common], help=summary)
-        parser.set_defaults(func=lambda args: _run(args, lambda s: action(args, s)), render=render)
-        add_scope_flags(parser)
+    def add(
+        name: str,
+        summary: str,
+        action: Any,
+        render: Any,
+        *,
+        aliases: tuple[str, ...] = (),
+        run: bool = True,
+        conversation: bool = True,
+    ) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, parents=[common], help=summary, aliases=list(aliases))
+        parser.set_defaults(func=lambda args: _run(args, action), render=render)
+        add_scope_flags(parser, run=run, conversation=conversation)
         return parser
 
-    remember = add(
-        "remember",
-        "store an explicit fact",
-        lambda a, s: agent_ops.remember(
-            s,
-            a.text,
-            scope=scope_from_args(a),
-            speaker=a.speaker,
-            category=a.category,
-            importance=a.importance,
-        ),
-        _write_line,
+    adding = add(
+        "add",
+        "remember a text, or record a turn (--role) and learn its facts",
+        _add,
+        _added_text,
+        aliases=("remember",),
     )
-    remember.add_argument("text", help="1-2 sentences, at most 280 characters")
-    remember.add_argument("--conversation")
-    remember.add_argument("--session")
-    remember.add_argument("--speaker")
-    remember.add_argument("--category", help="default: guessed from the text")
-    remember.add_argument("--importance", type=int, choices=range(1, 6))
-
-    correct = add(
-        "correct",
-        "replace a memory with a corrected text",
-        lambda a, s: agent_ops.correct(s, a.memory_id, a.text, scope=scope_from_args(a)),
-        _write_line,
+    adding.add_argument("text", help="a memory: 1-2 third-person sentences, at most 280 chars")
+    adding.add_argument(
+        "--role", choices=["user", "assistant"], help="record TEXT as a turn said by this role"
     )
-    correct.add_argument("memory_id")
-    correct.add_argument("text")
+    adding.add_argument("--no-infer", action="store_true", help="record the turn, extract nothing")
+    adding.add_argument("--category", help="default: guessed from the text")
+    adding.add_argument("--importance", type=int, choices=range(1, 6))
+    adding.add_argument("--metadata", help="a JSON object kept with the memory")
+    adding.add_argument("-q", "--quiet", action="store_true", help="print the ids only")
 
-    for name, summary, operation in (
-        ("confirm", "protect a memory from decay", agent_ops.confirm),
-        ("forget", "soft-delete a memory (purged after 30 days)", agent_ops.forget),
-        ("restore", "bring back a soft-deleted memory", agent_ops.restore),
-    ):
+    updating = add(
+        "update",
+        "replace a memory with a corrected text: a new id",
+        lambda a: memory_from_args(a).update(a.memory_id, a.text, **scope_kwargs(a, run=False)),
+        _change_text,
+        aliases=("correct",),
+        run=False,
+    )
+    updating.add_argument("memory_id")
+    updating.add_argument("text")
+    updating.add_argument("-q", "--quiet", action="store_true", help="print the new id only")
+
+    for name, summary, method, aliases in (
+        ("delete", "forget a memory (purged in 30 days)", "delete", ("forget",)),
+        ("restore", "bring back a forgotten memory", "restore", ()),
+        ("confirm", "protect a memory from decay", "confirm", ()),
+    ):  # fmt: skip
         parser = add(
             name,
             summary,
-            lambda a, s, op=operation: op(s, a.memory_id, scope=scope_from_args(a)),
-            _write_line,
+            lambda a, method=method: getattr(memory_from_args(a), method)(
+                a.memory_id, **scope_kwargs(a, run=False)
+            ),
+            _change_text,
+            aliases=aliases,
+            run=False,
         )
         parser.add_argument("memory_id")
+
+    getting = add(
+        "get",
+        "one memory by id",
+        lambda a: memory_from_args(a).get(a.memory_id, **scope_kwargs(a, run=False)),
+        _item_text,
+        run=False,
+    )
+    getting.add_argument("memory_id")
+
+    listing = add(
+        "list",
+        "the scope's active memories, newest first",
+        lambda a: memory_from_args(a).get_all(**scope_kwargs(a), limit=a.limit),
+        _list_text,
+    )
+    add_limit_flags(listing, limit=100)
+
+    history = add(
+        "history",
+        "a memory's audit trail",
+        lambda a: memory_from_args(a).history(a.memory_id, **scope_kwargs(a, run=False)),
+        _history_text,
+        run=False,
+    )
+    history.add_argument("memory_id")
 
     add(
         "stats",
         "memory counts by kind",
-        lambda a, s: lookups.stats(s, scope=scope_from_args(a)),
+        lambda a: lookups.stats(settings_from_args(a), scope=scope_from_args(a)),
         _stats_text,
     )
 
     entity = add(
         "entity",
         "an entity's profile and linked memories",
-        lambda a, s: lookups.entity_profile(s, a.name, limit=a.limit, scope=scope_from_args(a)),
+        lambda a: lookups.entity_profile(
+            settings_from_args(a), a.name, limit=a.limit, scope=scope_from_args(a)
+        ),
         _entity_text,
     )
     entity.add_argument("name", help="canonical name or alias, any case")
-    entity.add_argument("--limit", type=int, default=20, help="memories shown (default 20)")
-
-    history = add(
-        "history",
-        "a memory's audit trail",
-        lambda a, s: lookups.memory_history(s, a.memory_id, scope=scope_from_args(a)),
-        _history_text,
-    )
-    history.add_argument("memory_id")
+    add_limit_flags(entity, limit=20)
 
     changes = add(
         "changes",
-        "memory updates since a revision (the delta header)",
-        lambda a, s: change_log.changes(s, a.since, scope=scope_from_args(a)),
+        "memory updates since a revision (the delta header), with ids",
+        lambda a: change_log.changes(settings_from_args(a), a.since, scope=scope_from_args(a)),
         _changes_text,
     )
     changes.add_argument("--since", type=int, default=0, help="revision already seen")
-    changes.add_argument("--conversation", help="default: every conversation")
 
     proposals = commands.add_parser(
         "consent", help="changes to sensitive user fields waiting for consent (seed 003 §10)"
     )
     actions = proposals.add_subparsers(dest="consent_command", required=True)
-    listing = actions.add_parser("list", parents=[common], help="proposed changes")
-    listing.add_argument("--all", action="store_true", help="decided and expired ones too")
-    add_scope_flags(listing)
-    listing.set_defaults(
+    waiting = actions.add_parser("list", parents=[common], help="proposed changes")
+    waiting.add_argument("--all", action="store_true", help="decided and expired ones too")
+    add_scope_flags(waiting, conversation=True)
+    waiting.set_defaults(
         func=lambda args: _run(
             args,
-            lambda s: consent.list_proposals(
-                s, scope=scope_from_args(args), status=None if args.all else "pending"
+            lambda a: consent.list_proposals(
+                settings_from_args(a),
+                scope=scope_from_args(a),
+                status=None if a.all else "pending",
             ),
         ),
         render=_proposals_text,
@@ -286,10 +386,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
             name, parents=[common], help=f"{name} a proposed change (recorded in history)"
         )
         decide.add_argument("proposal_id")
-        add_scope_flags(decide)
+        add_scope_flags(decide, conversation=True)
         decide.set_defaults(
             func=lambda args, decision=decision: _run(
-                args, lambda s: decision(s, args.proposal_id, scope=scope_from_args(args))
+                args,
+                lambda a: decision(settings_from_args(a), a.proposal_id, scope=scope_from_args(a)),
             ),
             render=_proposal_line,
         )

@@ -1,7 +1,13 @@
-"""`memory-dag query | context`: the agent-facing read path from the command line.
+"""`memory-dag search | query | context`: the read path from the command line, through `Memory`.
 
-memory-dag query --agent planner --categories tasks "deployment plan"
-memory-dag context "what should I cook tonight?" --conversation demo --max-tokens 400
+    memory-dag search "what does Sam like?" --user sam --limit 3
+    memory-dag query "deployment plan" --agent planner --categories tasks --max-tokens 200
+    memory-dag context "what should I cook tonight?" --conversation demo --max-tokens 400
+
+One name per knob, as in `Memory` and the REST API: `--limit` (results; old names `--k`,
+`--top-k`, `--max-memories` still work), `--min-score` (least relevance; `--threshold`),
+`--max-tokens` (budget; `--budget-tokens`), and the scope flags `--user`, `--agent`, `--run`,
+`--conversation`. Results show their ids.
 """
 
 from __future__ import annotations
@@ -10,50 +16,78 @@ import argparse
 import sys
 from typing import Any
 
-from pydantic import ValidationError
-
-from memory_dag.cli.common import REFUSED, print_json, settings_from_args
+from memory_dag.cli.common import (
+    REFUSED,
+    add_limit_flags,
+    add_scope_flags,
+    key_value,
+    memory_from_args,
+    print_json,
+    refused,
+    scope_kwargs,
+)
 from memory_dag.memories.categories import AccessDenied
-from memory_dag.scope import Scope
+
+KINDS = ["note", "entry", "transcript", "fact", "summary", "reflection", "insight", "procedural"]
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    return refused("search", lambda: _search(args))
+
+
+def _search(args: argparse.Namespace) -> int:
+    filters: dict[str, Any] = dict(args.filter)
+    for key in ("kind", "source", "path"):
+        if getattr(args, key) is not None:
+            filters[key] = getattr(args, key)
+    results = memory_from_args(args).search(
+        args.query, **scope_kwargs(args), filters=filters, limit=args.limit,
+        min_score=args.min_score,
+    )  # fmt: skip
+    if args.json:
+        print_json(results.to_dict())
+        return 0
+    if not results.results:
+        print("no results above the minimum score (try --min-score 0)")
+    for rank, item in enumerate(results.results, 1):
+        where = f" {item.path}:{item.start_line}" if item.path else ""
+        label = item.category or item.kind
+        flag = ", superseded" if item.superseded else ""
+        print(f"{rank}. [{item.score:.3f}] {item.id} ({label}{flag}){where}")
+        text = item.memory if len(item.memory) <= 300 else item.memory[:297] + "..."
+        print("   " + text.replace("\n", "\n   "))
+    return 0
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from memory_dag.read.query import MemoryQuery, query_memory
-
     try:
-        request = MemoryQuery.model_validate(
-            {
-                "agent": args.agent,
-                "query": args.query,
-                "categories": _split(args.categories),
-                "filters": dict(_pair(f) for f in args.filter),
-                "top_k": args.top_k,
-                "return": args.return_,
-                "budget_tokens": args.budget_tokens,
-                "threshold": args.threshold,
-            }
+        response = memory_from_args(args).query(
+            args.query,
+            agent_id=args.agent,
+            categories=_split(args.categories),
+            filters={**dict(args.filter), **({"run_id": args.run} if args.run else {})},
+            user_id=args.user,
+            conversation_id=args.conversation,
+            limit=args.limit,
+            max_tokens=args.max_tokens,
+            min_score=args.min_score,
+            return_=args.return_,
         )
-        response = query_memory(
-            request,
-            scope=Scope.of(user_id=args.user, conversation_id=args.conversation),
-            settings=settings_from_args(args),
-            config=_config(args),
-        )
-    except (AccessDenied, ValidationError, ValueError) as error:
+    except (AccessDenied, ValueError) as error:
         print(f"memory-dag query: rejected: {error}", file=sys.stderr)
         return REFUSED
     if args.json:
-        print_json(response.model_dump(mode="json", by_alias=True))
+        print_json(response.to_dict())
         return 0
     if not response.results:
         print(f"no memories for {args.agent} in {', '.join(response.categories)}")
     for result in response.results:
-        print(result.text)
+        print(f"{result.id}  {result.text}")
     print(
         f"\n{len(response.results)} results, {response.tokens} tokens"
         + (
             f" (budget {response.budget_tokens}, {response.dropped} left out)"
-            if args.budget_tokens
+            if args.max_tokens
             else ""
         )
         + f"; relevance: {response.relevance_source}; stages: {', '.join(response.stages)}",
@@ -63,23 +97,18 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_context(args: argparse.Namespace) -> int:
-    from memory_dag.read.context_block import build_context
-
-    limits = {
-        "max_tokens": args.max_tokens,
-        "max_memories": args.max_memories,
-        "min_score": args.min_score,
-    }
     try:
-        scope = Scope.of(user_id=args.user, agent=args.agent, conversation_id=args.conversation)
-        block = build_context(
+        block = memory_from_args(args).context(
             args.message,
-            scope,
-            settings=settings_from_args(args),
+            conversation_id=args.conversation,
+            user_id=args.user,
+            agent_id=args.agent,
+            run_id=args.run,
+            exclude_run_id=args.exclude_run,
+            limit=args.limit,
+            max_tokens=args.max_tokens,
+            min_score=args.min_score,
             since_rev=args.since_rev,
-            exclude_session=args.exclude_session,
-            config=_config(args),
-            **{name: value for name, value in limits.items() if value is not None},
         )
     except AccessDenied as error:
         print(f"memory-dag context: rejected: {error}", file=sys.stderr)
@@ -94,25 +123,33 @@ def cmd_context(args: argparse.Namespace) -> int:
     return 0
 
 
-def _config(args: argparse.Namespace) -> Any:
-    from memory_dag.read.retriever import RetrievalConfig
-
-    return RetrievalConfig(reranker_model=args.reranker)
-
-
 def _split(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+    return [v.strip() for v in value.split(",") if v.strip()] if value is not None else None
 
 
-def _pair(text: str) -> tuple[str, Any]:
-    key, separator, value = text.partition("=")
-    if not separator:
-        raise ValueError(f"--filter takes KEY=VALUE, got {text!r}")
-    return key.strip(), value.strip()
+def _filter_flag(parser: argparse.ArgumentParser, keys: str) -> None:
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        type=key_value,
+        metavar="KEY=VALUE",
+        help=f"{keys} (repeatable)",
+    )
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Add `query` and `context` (`commands` is the parser's subparsers object)."""
+    """Add `search`, `query` and `context` (`commands` is the parser's subparsers object)."""
+    search = commands.add_parser("search", parents=[common], help="hybrid search")
+    search.add_argument("query")
+    add_scope_flags(search, conversation=True)
+    add_limit_flags(search, limit=None, min_score="0.35", old={"--k": "limit"})
+    search.add_argument("--kind", choices=KINDS)
+    search.add_argument("--source", choices=["memory", "sessions", "memories"])
+    search.add_argument("--path", help="a file, or a folder ending in /")
+    _filter_flag(search, "kind, category, role, speaker, agent_id, importance_min, ...")
+    search.set_defaults(func=cmd_search)
+
     query = commands.add_parser(
         "query", parents=[common], help="memory.query: what an agent may read, within a budget"
     )
@@ -120,21 +157,23 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     query.add_argument("--agent", required=True, help="whose allowlist applies (categories.yaml)")
     query.add_argument("--categories", help="comma-separated; default: the agent's allowlist")
     query.add_argument("--user", help="the user the caller acts for: every read is scoped to it")
+    query.add_argument("--run", "--session", dest="run", help="one session (run) only")
     query.add_argument(
         "--conversation", help="also read this conversation's shared memories (turns, notes)"
     )
-    query.add_argument(
-        "--filter",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="user_id, agent_id, run_id, actor_id, role, category, pinned, importance_min, "
-        "importance_max, updated_after, updated_before (repeatable)",
+    _filter_flag(
+        query,
+        "user_id, agent_id, run_id, actor_id, role, category, pinned, importance_min, "
+        "importance_max, updated_after, updated_before",
     )
-    query.add_argument("--top-k", type=int, default=5)
+    add_limit_flags(
+        query,
+        limit=5,
+        min_score="0.35",
+        max_tokens="none",
+        old={"--top-k": "limit", "--budget-tokens": "max_tokens", "--threshold": "min_score"},
+    )
     query.add_argument("--return", dest="return_", choices=["bullets", "full"], default="bullets")
-    query.add_argument("--budget-tokens", type=int, default=None)
-    query.add_argument("--threshold", type=float, default=None, help="least relevance (0.35)")
     query.add_argument("--reranker", help="ONNX cross-encoder: hub name or local folder")
     query.set_defaults(func=cmd_query)
 
@@ -143,12 +182,16 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     context.add_argument("message")
     context.add_argument("--conversation", required=True)
-    context.add_argument("--max-tokens", type=int, help="budget of the block (500)")
-    context.add_argument("--max-memories", type=int, help="ranked memories at most (5)")
-    context.add_argument("--min-score", type=float, help="least relevance (0.3)")
+    add_scope_flags(context)
+    add_limit_flags(
+        context, limit=None, min_score="0.3", max_tokens="500", old={"--max-memories": "limit"}
+    )
     context.add_argument("--since-rev", type=int, default=None, help="revision seen last time")
-    context.add_argument("--agent", help="restrict memories to this agent's allowlist")
-    context.add_argument("--user", help="the user the caller acts for")
-    context.add_argument("--exclude-session", help="leave out this session (the current one)")
+    context.add_argument(
+        "--exclude-run",
+        "--exclude-session",
+        dest="exclude_run",
+        help="leave out this session (the current one)",
+    )
     context.add_argument("--reranker", help="ONNX cross-encoder: hub name or local folder")
     context.set_defaults(func=cmd_context)

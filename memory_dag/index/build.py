@@ -23,7 +23,13 @@ from memory_dag.config import Settings
 from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.embed.providers import get_provider
 from memory_dag.ids import digest
-from memory_dag.index.published import FORMAT_VERSION, publish_index, read_manifest
+from memory_dag.index.published import (
+    CATALOG_COLUMNS,
+    FORMAT_VERSION,
+    publish_index,
+    read_manifest,
+)
+from memory_dag.memories.journal import JOURNAL_SEQ_KEY
 from memory_dag.reports import StageReport, StageTimer
 from memory_dag.scope import store_users
 from memory_dag.store.connection import (
@@ -48,8 +54,13 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
             # How many users the store names: readers of a store of several users must name
             # one (memory_dag/scope.py), and they read this count from the manifest.
             users = store_users(con)
+            # The last live write folded into the store (`memories/fold.py`): readers add the
+            # delta segment's later writes on top of this version.
+            journal_seq = int(get_meta(con, JOURNAL_SEQ_KEY) or 0)
             fingerprint = digest(
-                _index_fingerprint(con, provider.name, provider.model), f"users:{users}"
+                _index_fingerprint(con, provider.name, provider.model),
+                f"users:{users}",
+                f"journal:{journal_seq}",
             )
             live = read_manifest(settings.index_dir)
             if not force and live is not None and live.get("fingerprint") == fingerprint:
@@ -81,6 +92,11 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
                 [provider.name, provider.model],
             )
             total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
+            catalog = fetch_arrow(
+                con,
+                f"SELECT {', '.join(CATALOG_COLUMNS)} FROM memories WHERE kind <> 'episode' "
+                "ORDER BY id",
+            )
             con.execute("COMMIT")
         vectors = _arrow_to_vectors(embedded.column("embedding"), provider.dims)
         positions = pc.index_in(table.column("hash"), value_set=embedded.column("hash"))
@@ -92,6 +108,8 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
             model=provider.model,
             fingerprint=fingerprint,
             store_users=users,
+            catalog=catalog,
+            journal_seq=journal_seq,
         )
         not_embedded = int(total_chunks) - table.num_rows
         if not_embedded:

@@ -8,9 +8,14 @@
         vectors.npy            the same vectors in row order (scoped exact search, MMR)
         bm25/                  BM25 weights, term → rows (see text_index.py)
         rows.parquet           row number → chunk id, path, lines, ids, snippet
+        memories.parquet       the catalog: every derived memory (any state) with its scope
+                               columns, for lookups without the DuckDB file (`catalog`)
 
 A build writes a hidden temporary folder, renames it into place, then swaps CURRENT. A
 reader therefore always sees a whole version: the last good one if a build crashed.
+
+The manifest's `journal_seq` is the last live write (`memories/journal.py`) the store had folded
+when the rows were read: the delta segment (`delta.py`) adds what was written after it.
 """
 
 from __future__ import annotations
@@ -67,6 +72,15 @@ ROW_SCHEMA = pa.schema(
 #: Kinds of rows that are pieces of workspace files (the rest are derived memories).
 CHUNK_KINDS = frozenset({"note", "entry", "transcript"})
 
+#: The catalog of derived memories published with each version (`memories` columns).
+CATALOG_FILE = "memories.parquet"
+CATALOG_COLUMNS = (
+    "id", "kind", "content", "state", "conversation_id", "session_id", "user_id", "agent_id",
+    "source_role", "speaker", "category", "importance", "pinned", "event_time", "created_at",
+    "valid_until", "purge_at", "confidence", "decay_rate", "source_ids", "tags", "attributes",
+    "replaced_by", "supersedes",
+)  # fmt: skip
+
 #: Text columns that searches can filter on by equality, kept as integer codes in memory.
 CODED_COLUMNS = (
     "kind",
@@ -111,9 +125,84 @@ class PublishedIndex:
     pinned: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     updated_us: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
+    #: The catalog (`memories.parquet`), loaded on first use by `catalog()`.
+    _catalog: Catalog | None = field(default=None, repr=False)
+    _rows_by_id: dict[str, int] | None = field(default=None, repr=False)
+
     @property
     def size(self) -> int:
         return int(self.manifest["count"])
+
+    @property
+    def journal_seq(self) -> int:
+        """The last live write this version holds (0: none, or built before there were any)."""
+        return int(self.manifest.get("journal_seq") or 0)
+
+    def row_of(self, row_id: str) -> int | None:
+        """The row number of an id (a chunk or a derived memory), or None."""
+        if self._rows_by_id is None:
+            self._rows_by_id = {value: row for row, value in enumerate(self.rows["id"])}
+        return self._rows_by_id.get(row_id)
+
+    def catalog(self) -> Catalog:
+        """The store's derived memories as of this version (empty when it has none)."""
+        if self._catalog is None:
+            path = self.folder / CATALOG_FILE
+            table = pq.read_table(path) if path.exists() else None
+            self._catalog = Catalog(table)
+        return self._catalog
+
+
+class Catalog:
+    """Derived memories (facts, summaries, ...) of one index version, in any state, by id:
+    what a live write needs to know about a memory without opening the DuckDB file."""
+
+    def __init__(self, table: pa.Table | None) -> None:
+        self.table = table
+        ids = table.column("id").to_pylist() if table is not None else []
+        self._position = {memory_id: i for i, memory_id in enumerate(ids)}
+        self._rows: list[dict[str, Any]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._position)
+
+    def get(self, memory_id: str) -> dict[str, Any] | None:
+        """The memory's row (the `memories` columns of `CATALOG_COLUMNS`), or None."""
+        position = self._position.get(memory_id)
+        if position is None or self.table is None:
+            return None
+        return self.table.slice(position, 1).to_pylist()[0]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row (read once per version)."""
+        if self._rows is None:
+            self._rows = self.table.to_pylist() if self.table is not None else []
+        return self._rows
+
+
+def empty_index(folder: Path, *, provider: str, model: str, dims: int) -> PublishedIndex:
+    """An index of no rows (before the first build): live writes are searched on top of it."""
+    manifest = {
+        "format": FORMAT_VERSION,
+        "version": "",
+        "provider": provider,
+        "model": model,
+        "dims": dims,
+        "count": 0,
+        "store_users": 0,
+        "journal_seq": 0,
+    }
+    rows = {name: [] for name in ROW_SCHEMA.names}
+    return PublishedIndex(
+        folder=folder,
+        manifest=manifest,
+        faiss_index=faiss.IndexFlatIP(max(dims, 1)),
+        vectors=np.zeros((0, dims), dtype=np.float32),
+        text=TextIndex({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0), 0, 1.0),
+        rows=rows,
+        codes={column: _value_codes([]) for column in CODED_COLUMNS},
+        speakers=[],
+    )
 
 
 def publish_index(
@@ -125,10 +214,14 @@ def publish_index(
     model: str,
     fingerprint: str,
     store_users: int | None = None,
+    catalog: pa.Table | None = None,
+    journal_seq: int = 0,
 ) -> dict[str, Any]:
     """Build FAISS + BM25 for `rows`/`vectors`, write a new version, make it current.
 
-    `store_users` (how many users the store names) goes into the manifest for the scope check.
+    `store_users` (how many users the store names) goes into the manifest for the scope check;
+    `catalog` (the store's derived memories, `CATALOG_COLUMNS`) is written beside the rows;
+    `journal_seq` is the last live write folded into the store these rows were read from.
     """
     if rows.num_rows != len(vectors):
         raise ValueError(f"{rows.num_rows} rows but {len(vectors)} vectors")
@@ -149,8 +242,11 @@ def publish_index(
             vector_files = background.submit(_write_vector_files, vectors, dims, staging)
             columns = rows.select(["search_text", "event_time", "kind"])
             documents = bm25_documents(pl.from_arrow(columns))
-            TextIndex.build(documents).save(staging / "bm25")
+            text_index = TextIndex.build(documents)
+            text_index.save(staging / "bm25")
             pq.write_table(rows, staging / "rows.parquet")
+            if catalog is not None:
+                pq.write_table(catalog, staging / CATALOG_FILE)
             vector_files.result()
         manifest = {
             "format": FORMAT_VERSION,
@@ -163,6 +259,8 @@ def publish_index(
             "faiss_type": index_type_for(rows.num_rows) if dims else "none",
             "fingerprint": fingerprint,
             "store_users": store_users,
+            "journal_seq": int(journal_seq),
+            "bm25_avg_length": text_index.avg_length,
         }
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
         staging.rename(index_dir / name)
@@ -254,7 +352,7 @@ def load_index(index_dir: Path) -> PublishedIndex:
         faiss_index=faiss_index,
         # In memory, not memory-mapped: a conversation's rows are a slice (no page faults).
         vectors=np.load(folder / "vectors.npy"),
-        text=TextIndex.load(folder / "bm25", table.num_rows),
+        text=_text_index(folder, table.num_rows, manifest),
         rows=rows,
         rows_by_conversation=_group_rows(rows["conversation_id"]),
         rows_by_session=_group_rows(rows["session_id"]),
@@ -268,6 +366,12 @@ def load_index(index_dir: Path) -> PublishedIndex:
         pinned=np.asarray(table.column("pinned").fill_null(False).to_numpy(zero_copy_only=False)),
         updated_us=_int_column(table, "updated_at"),
     )
+
+
+def _text_index(folder: Path, size: int, manifest: dict[str, Any]) -> TextIndex:
+    text = TextIndex.load(folder / "bm25", size)
+    text.avg_length = manifest.get("bm25_avg_length")
+    return text
 
 
 def _value_codes(values: list[Any]) -> tuple[np.ndarray, dict[Any, int]]:

@@ -6,7 +6,8 @@ The read path never opens the DuckDB file: it reads the last published index ver
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +16,13 @@ import numpy as np
 
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
-from memory_dag.index.published import PublishedIndex, cached_index
+from memory_dag.index.delta import Overlay, current_overlay, delta_path
+from memory_dag.index.published import (
+    IndexNotBuiltError,
+    PublishedIndex,
+    cached_index,
+    empty_index,
+)
 from memory_dag.index.search_text import names_in, participant_names, strip_names
 from memory_dag.index.vector_index import search_faiss
 from memory_dag.scope import Scope
@@ -53,13 +60,27 @@ class SearchHit:
     role: str | None = None
     speaker: str | None = None
     category: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    importance: int | None = None
     #: Row of the published index (vectors, neighbours); not stable across index versions.
     row: int = -1
+    #: A row of the delta segment (a live write the published version lacks): text and vector.
+    live: LiveRow | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "live"}
+        data["turn_ids"] = list(self.turn_ids)
         data["event_time"] = self.event_time.isoformat() if self.event_time else None
         return data
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """What a hit from the delta segment carries that the published arrays would hold."""
+
+    text: str
+    vector: np.ndarray
 
 
 @dataclass
@@ -165,7 +186,8 @@ class Searcher:
 
     def __init__(self, settings: Settings, index: PublishedIndex | None = None) -> None:
         self.settings = settings
-        self.index = index if index is not None else cached_index(Path(settings.index_dir))
+        self.index_dir = Path(settings.index_dir)
+        self.index = index if index is not None else live_index(settings)
         manifest = self.index.manifest
         # Queries must be embedded by the model that built the index, whatever the settings say.
         query_settings = settings.model_copy(
@@ -195,8 +217,13 @@ class Searcher:
         fusion = fusion or settings.fusion
         index = self.index
         filters = filters or SearchFilters()
+        overlay = self.overlay()
         scope = allowed_rows(index, filters)
-        if index.size == 0 or k <= 0 or (scope is not None and len(scope) == 0):
+        if scope is not None and len(overlay.hidden_rows):
+            scope = np.setdiff1d(scope, overlay.hidden_rows, assume_unique=True)
+        live = overlay.allowed(filters)
+        published = index.size > 0 and (scope is None or len(scope) > 0)
+        if k <= 0 or (not published and len(live) == 0):
             return []
         scope_rows = np.arange(index.size) if scope is None else scope
 
@@ -205,21 +232,40 @@ class Searcher:
         )
         bm25_all = index.text.scores(query_text)
         query_vector = self.provider.embed([query_text])[0] if self.provider is not None else None
+        live_bm25 = overlay.bm25(query_text, index)[live]
+        live_cosine = (
+            overlay.vectors[live] @ query_vector
+            if query_vector is not None and len(live)
+            else np.zeros(len(live), dtype=np.float32)
+        )
 
+        pool = np.zeros(0, np.int64)
+        cosine = bm25 = scores = np.zeros(0, dtype=np.float32)
         if fusion == "zscore":
-            pool, cosine, scores = self._zscore(scope, scope_rows, bm25_all, query_vector, k)
-            scores = self._context_boosts(pool, scores, named_speaker)
-            final = 1.0 / (1.0 + np.exp(-scores / ZSCORE_SCALE))
-            bm25 = bm25_all[pool]
+            if published:
+                pool, cosine, fuse = self._zscore(scope, scope_rows, bm25_all, query_vector, k)
+                pool, cosine = self._visible(pool, cosine, overlay.hidden_rows, scope)
+                scores = self._context_boosts(pool, fuse(bm25_all[pool], cosine), named_speaker)
+            else:
+                fuse = self._fusion(live_bm25, live_cosine, query_vector)
+            live_scores = fuse(live_bm25, live_cosine) + self._live_speaker_boost(
+                overlay, live, named_speaker
+            )
+            fused = np.concatenate([scores, live_scores])
+            final = 1.0 / (1.0 + np.exp(-fused / ZSCORE_SCALE))
+            bm25 = np.concatenate([bm25_all[pool], live_bm25])
+            cosine = np.concatenate([cosine, live_cosine])
         else:
-            pool = self._candidates(scope, scope_rows, bm25_all, query_vector, k)
-            cosine = self._cosine(pool, query_vector)
-            bm25 = bm25_all[pool]
+            if published:
+                pool = self._candidates(scope, scope_rows, bm25_all, query_vector, k)
+                pool, _ = self._visible(pool, pool, overlay.hidden_rows, scope)
+            cosine = np.concatenate([self._cosine(pool, query_vector), live_cosine])
+            bm25 = np.concatenate([bm25_all[pool], live_bm25])
             if fusion == "rrf":
                 final = _rrf(cosine, bm25, settings.vector_weight, settings.text_weight)
             else:
                 final = _blend(cosine, bm25, settings, query_vector is not None)
-        if len(pool) == 0:
+        if len(final) == 0:
             return []
 
         best_bm25 = float(bm25.max()) if len(bm25) else 0.0
@@ -229,10 +275,97 @@ class Searcher:
             score = float(final[position])
             if score < min_score:
                 break
-            hits.append(
-                self._hit(int(pool[position]), score, cosine[position], text_norm[position])
-            )
+            signals = (score, cosine[position], text_norm[position])
+            if position < len(pool):
+                hits.append(self._hit(int(pool[position]), *signals))
+            else:
+                hits.append(_live_hit(overlay, int(live[position - len(pool)]), *signals))
         return hits
+
+    # --- the delta segment (live writes since the published version) -------------------------
+
+    def overlay(self) -> Overlay:
+        """The live writes not in this version yet (`delta.py`), as they stand now."""
+        return current_overlay(self.index, self.index_dir, self._embed_documents)
+
+    def _embed_documents(self, texts: list[str]) -> np.ndarray:
+        if self.provider is None:
+            return np.zeros((len(texts), 0), dtype=np.float32)
+        return self.provider.embed(texts)
+
+    @staticmethod
+    def _visible(
+        pool: np.ndarray, values: np.ndarray, hidden: np.ndarray, scope: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Drop rows the delta hid from an unscoped pool (a scoped one never held them)."""
+        if scope is not None or len(hidden) == 0 or len(pool) == 0:
+            return pool, values
+        keep = ~np.isin(pool, hidden)
+        return pool[keep], values[keep]
+
+    def _fusion(
+        self, bm25: np.ndarray, cosine: np.ndarray, query_vector: np.ndarray | None
+    ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """The z-score fusion with statistics of `bm25` and `cosine` themselves."""
+        bm25_stats = (float(bm25.mean()), float(bm25.std())) if len(bm25) else (0.0, 0.0)
+        cos_stats = (float(cosine.mean()), float(cosine.std())) if len(cosine) else (0.0, 0.0)
+        return self._fuse_with(bm25_stats, cos_stats, query_vector)
+
+    def _fuse_with(
+        self,
+        bm25_stats: tuple[float, float],
+        cos_stats: tuple[float, float],
+        query_vector: np.ndarray | None,
+    ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        w_text, w_vec = self.settings.text_weight, self.settings.vector_weight
+        if query_vector is None:
+            w_vec = 0.0
+        total = (w_text + w_vec) / 2 or 1.0
+
+        def fuse(bm25: np.ndarray, cosine: np.ndarray) -> np.ndarray:
+            bm25_z = _standardise(bm25, *bm25_stats)
+            cos_z = _standardise(cosine, *cos_stats)
+            return (w_text * bm25_z + w_vec * cos_z) / total
+
+        return fuse
+
+    def _live_speaker_boost(
+        self, overlay: Overlay, live: np.ndarray, named_speaker: int | None
+    ) -> np.ndarray:
+        if named_speaker is None or not self.settings.speaker_boost or not len(live):
+            return np.zeros(len(live))
+        name = self.index.speakers[named_speaker]
+        said = [(overlay.rows[i]["speaker"] or "").lower() == name for i in live]
+        return self.settings.speaker_boost * np.asarray(said, dtype=np.float64)
+
+    def kinds(self) -> list[str]:
+        """Kinds of rows this searcher can return: the version's and the delta's."""
+        kinds = [value for value in self.index.codes["kind"][1] if value is not None]
+        return kinds + sorted(k for k in self.overlay().kinds if k not in kinds)
+
+    def store_users(self) -> int:
+        """How many users the store names, counting users only live writes named so far
+        (over-counted rather than under: a scope check fails closed)."""
+        users = self.index.manifest.get("store_users")
+        indexed = {value for value in self.index.codes["user_id"][1] if value is not None}
+        if users is None:
+            users = len(indexed)
+        return int(users) + len(self.overlay().users - indexed)
+
+    def text_of(self, hit: SearchHit) -> str:
+        """The whole text of a hit (its snippet is cut)."""
+        if hit.live is not None:
+            return hit.live.text
+        return self.index.rows["text"][hit.row]
+
+    def vectors_of(self, hits: Sequence[SearchHit]) -> np.ndarray:
+        """The vectors of hits, in order (published rows and delta rows alike)."""
+        dims = int(self.index.manifest["dims"])
+        if not hits:
+            return np.zeros((0, dims), dtype=np.float32)
+        return np.vstack(
+            [h.live.vector if h.live is not None else self.index.vectors[h.row] for h in hits]
+        )
 
     # --- query understanding -----------------------------------------------------------------
 
@@ -307,14 +440,13 @@ class Searcher:
         bm25_all: np.ndarray,
         query_vector: np.ndarray | None,
         k: int,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(pool, cosine, fused score): standardised BM25 + standardised cosine, over the whole
-        scope when it is small.
+    ) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
+        """(pool, cosine, fuse): the pool to score, its cosines, and the fusion (standardised
+        BM25 + standardised cosine, with the scope's statistics) for it and for delta rows.
 
         A large scope is scored on its candidates and their neighbours; the cosine mean and
         spread then come from a fixed sample of the scope rather than from every row.
         """
-        settings = self.settings
         if len(scope_rows) <= EXACT_SCOPE_ROWS:
             pool = scope_rows
             cosine = self._cosine(pool, query_vector)
@@ -334,13 +466,8 @@ class Searcher:
                 sampled = self._cosine(scope_rows[:STATS_SAMPLE_ROWS], query_vector)
             cos_mean, cos_std = float(sampled.mean()), float(sampled.std())
         scoped_bm25 = bm25_all if scope is None else bm25_all[scope_rows]
-        bm25_z = _standardise(bm25_all[pool], float(scoped_bm25.mean()), float(scoped_bm25.std()))
-        cos_z = _standardise(cosine, cos_mean, cos_std)
-        w_text, w_vec = settings.text_weight, settings.vector_weight
-        if query_vector is None:
-            w_vec = 0.0
-        total = (w_text + w_vec) / 2 or 1.0
-        return pool, cosine, (w_text * bm25_z + w_vec * cos_z) / total
+        bm25_stats = (float(scoped_bm25.mean()), float(scoped_bm25.std()))
+        return pool, cosine, self._fuse_with(bm25_stats, (cos_mean, cos_std), query_vector)
 
     def _context_boosts(
         self, pool: np.ndarray, scores: np.ndarray, named_speaker: int | None
@@ -389,7 +516,60 @@ class Searcher:
             role=cols["role"][row],
             speaker=cols["speaker"][row],
             category=cols["category"][row],
+            user_id=cols["user_id"][row],
+            agent_id=cols["agent_id"][row],
+            importance=cols["importance"][row],
             row=row,
+        )
+
+
+def _live_hit(
+    overlay: Overlay, position: int, score: float, vector_score: float, text_score: float
+) -> SearchHit:
+    """A hit on a delta row (a live write the published version does not hold yet)."""
+    row = overlay.rows[position]
+    event_time = row["event_time"]
+    if isinstance(event_time, str):
+        event_time = datetime.fromisoformat(event_time)
+    return SearchHit(
+        id=row["id"],
+        kind=row["kind"],
+        source=row["source"],
+        path=row["path"] or "",
+        start_line=int(row["start_line"] or 0),
+        end_line=int(row["end_line"] or 0),
+        score=round(score, 6),
+        snippet=row["text"][:SNIPPET_CHARS],
+        conversation_id=row["conversation_id"],
+        session_id=row["session_id"],
+        turn_ids=list(row["turn_ids"] or []),
+        event_time=event_time,
+        vector_score=round(float(vector_score), 6),
+        text_score=round(float(text_score), 6),
+        role=row["role"],
+        speaker=row["speaker"],
+        category=row["category"],
+        user_id=row["user_id"],
+        agent_id=row["agent_id"],
+        importance=row["importance"],
+        live=LiveRow(row["text"], overlay.vectors[position]),
+    )
+
+
+def live_index(settings: Settings) -> PublishedIndex:
+    """The current published version; before the first build, when live writes exist, an empty
+    one to lay them over (`IndexNotBuiltError` when there is nothing at all)."""
+    try:
+        return cached_index(Path(settings.index_dir))
+    except IndexNotBuiltError:
+        if not delta_path(Path(settings.index_dir)).exists():
+            raise
+        provider = get_provider(settings)
+        return empty_index(
+            Path(settings.index_dir),
+            provider=provider.name,
+            model=provider.model,
+            dims=int(provider.dims),
         )
 
 
@@ -448,8 +628,8 @@ def search(
     searcher = get_searcher(settings)
     asked = ["procedural"] if kind == "procedural" else None  # procedures only by name
     scope = scope or Scope.of(conversation_id=conversation, run_id=session, categories=asked)
-    scope.check_index(searcher.index)
-    kinds = [value for value in searcher.index.codes["kind"][1] if value is not None]
+    scope.check_store(searcher.store_users())
+    kinds = searcher.kinds()
     filters = replace(
         scope.search_filters(kinds if kind is None else [k for k in kinds if k == kind]),
         source=source,
@@ -463,8 +643,8 @@ def search(
 
 def get_searcher(settings: Settings) -> Searcher:
     """A searcher for the current index version, cached per process (warm queries are fast)."""
-    index = cached_index(Path(settings.index_dir))
-    key = (str(Path(settings.index_dir).resolve()), index.folder.name)
+    index = live_index(settings)
+    key = (str(Path(settings.index_dir).resolve()), index.folder.name or "(none)")
     searcher = _searchers.get(key)
     if searcher is None or searcher.settings != settings:
         searcher = Searcher(settings, index)

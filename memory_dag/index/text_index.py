@@ -170,12 +170,15 @@ class TextIndex:
         docs: np.ndarray,
         weights: np.ndarray,
         size: int,
+        avg_length: float | None = None,
     ) -> None:
         self.vocab = vocab
         self.indptr = indptr
         self.docs = docs
         self.weights = weights
         self.size = size
+        #: Mean document length in terms (known when built; the manifest keeps it).
+        self.avg_length = avg_length
 
     @classmethod
     def build(cls, texts: Sequence[str] | pl.Series) -> TextIndex:
@@ -199,7 +202,7 @@ class TextIndex:
         weights = idf[term_of] * tf / (tf + norm)
         indptr = by_term.indptr.astype(np.int64)
         vocab = {term: i for i, term in enumerate(terms.vocab)}
-        return cls(vocab, indptr, doc_of.astype(np.int32), weights, size)
+        return cls(vocab, indptr, doc_of.astype(np.int32), weights, size, avg_length)
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -218,6 +221,13 @@ class TextIndex:
             np.load(folder / "weights.npy"),
             size,
         )
+
+    def document_frequency(self, term: str) -> int:
+        """How many documents hold `term` (0 when the vocabulary lacks it)."""
+        position = self.vocab.get(term)
+        if position is None:
+            return 0
+        return int(self.indptr[position + 1] - self.indptr[position])
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every row for `query` (zeros where no term matches).

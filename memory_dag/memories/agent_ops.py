@@ -1,10 +1,14 @@
-"""The agent's write operations (seed 004 tools; the CLI commands call these): remember,
-correct, confirm, forget, restore. Each is one writer transaction.
+"""The agent's write operations (seed 004 tools): remember, correct, confirm, forget, restore.
+
+Each operation's logic is one function over an open writer (`remember_on`, `correct_on`,
+`change_on`): `Memory` and the service run it on the live path's `LiveWriter` (journal +
+delta segment, no DuckDB lock), and the functions named after the operations run it on the
+store itself in one `MemoryWriter` transaction (maintenance, tests, the truth suite).
 
 * `forget` sets `purge_at` 30 days ahead (seed 003 §7), so a later purge job really removes what
   a user asked to forget; reconciliation deletes and replacements keep no purge date.
-* After a write the embed and index stages run before returning, so the next search sees the
-  change (republishing the index takes about a second on LoCoMo-sized stores).
+* On the store itself, the embed and index stages run after a write (`refresh`), so the next
+  search sees the change (republishing takes about a second on LoCoMo-sized stores).
 * Every operation takes the caller's `Scope` (`memory_dag/scope.py`): a new memory belongs to
   the scope's user, conversation and run; an existing one may only be changed when the scope
   may read it; a scoped store refuses a caller without a user. `remember` deduplicates
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
@@ -49,9 +53,13 @@ class WriteResult:
     replaced_id: str | None = None
     revision: int | None = None
     index_rows: int | None = None
+    #: The conversation of the memory written (for the revision; not part of the answer).
+    conversation_id: str | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("conversation_id")
+        return data
 
 
 @contextmanager
@@ -66,9 +74,7 @@ def scoped_writer(
             yield writer
 
 
-def _target(
-    writer: MemoryWriter, memory_id: str, scope: Scope, *, active: bool = True
-) -> dict[str, Any]:
+def _target(writer: Any, memory_id: str, scope: Scope, *, active: bool = True) -> dict[str, Any]:
     """The memory `memory_id` if this scope may change it (AccessDenied, MemoryOpError)."""
     row = writer.active(memory_id) if active else writer.get(memory_id)
     if row is None:
@@ -124,7 +130,31 @@ def remember(
     now: datetime | None = None,
 ) -> WriteResult:
     """Save an explicit fact (seed 004 `remember_fact`) for the scope's user, conversation
-    and run (`scope.agent` is recorded as `agent_id`).
+    and run (`scope.agent` is recorded as `agent_id`), on the store itself (`remember_on`)."""
+    scope = scope or Scope()
+    with scoped_writer(settings, actor, scope, now) as writer:
+        result = remember_on(
+            writer, text, scope=scope, speaker=speaker, category=category,
+            importance=importance, tags=tags, now=now,
+        )  # fmt: skip
+    if result.status == "duplicate":
+        return result
+    return _finish(settings, result, scope.conversation_id, refresh)
+
+
+def remember_on(
+    writer: Any,
+    text: str,
+    *,
+    scope: Scope,
+    speaker: str | None = None,
+    category: str | None = None,
+    importance: int | None = None,
+    tags: Sequence[str] = (),
+    now: datetime | None = None,
+    attributes: dict[str, Any] | None = None,
+) -> WriteResult:
+    """`remember` on an open writer (a `MemoryWriter`, or the live path's `LiveWriter`).
 
     The text is stored as given (after the seed 003 §9 checks); a near-duplicate of an active
     fact of the same owner (same words, or word Jaccard >= 0.75) is not stored again and its
@@ -132,7 +162,6 @@ def remember(
     defined in `categories.yaml` (`UnknownCategory` names the known ones) and readable by the
     scope's agent.
     """
-    scope = scope or Scope()
     content = _fact_text(text)
     check_category(category)
     conversation_id = scope.conversation_id
@@ -146,63 +175,71 @@ def remember(
         {"id": "the new memory", "kind": "fact", "category": chosen, "user_id": scope.user_id,
          "conversation_id": scope.conversation_id}
     )  # fmt: skip
-    with scoped_writer(settings, actor, scope, now) as writer:
-        facts = writer.facts(owner)
-        key = normalise_text(content)
-        for memory_id, existing in zip(facts.ids, facts.texts, strict=True):
-            if normalise_text(existing) == key or is_near_duplicate(content, [existing]):
-                return WriteResult("duplicate", memory_id)
-        memory = NewMemory(
-            content=content,
-            conversation_id=scope.conversation_id,
-            session_id=scope.run_id,
-            speaker=speaker,
-            source_role="agent",
-            category=chosen,
-            importance=importance if importance is not None else guessed_importance,
-            event_time=now or _now(),
-            user_id=scope.user_id,
-            agent_id=scope.agent,
-            tags=list(tags),
-        )
-        memory_id = writer.add(memory, meta={"op": "remember"})
-    return _finish(settings, WriteResult("created", memory_id), scope.conversation_id, refresh)
+    facts = writer.facts(owner)
+    key = normalise_text(content)
+    for memory_id, existing in zip(facts.ids, facts.texts, strict=True):
+        if normalise_text(existing) == key or is_near_duplicate(content, [existing]):
+            return WriteResult("duplicate", memory_id)
+    memory = NewMemory(
+        content=content,
+        conversation_id=scope.conversation_id,
+        session_id=scope.run_id,
+        speaker=speaker,
+        source_role="agent",
+        category=chosen,
+        importance=importance if importance is not None else guessed_importance,
+        event_time=now or _now(),
+        user_id=scope.user_id,
+        agent_id=scope.agent,
+        tags=list(tags),
+        attributes=attributes,
+    )
+    return WriteResult("created", writer.add(memory, meta={"op": "remember"}))
 
 
 def correct(
     settings: Settings, memory_id: str, text: str, **options: Unpack[Options]
 ) -> WriteResult:
-    """Replace a memory with a corrected text (seed 004 `correct_fact`): the old one is
-    soft-deleted with `replaced_by`, the new one `supersedes` it and keeps its scope and sources."""
+    """Replace a memory with a corrected text (seed 004 `correct_fact`), on the store itself
+    (`correct_on`)."""
     scope = options.get("scope") or Scope()
-    actor = options.get("actor", "agent")
+    with scoped_writer(settings, options.get("actor", "agent"), scope, options.get("now")) as w:
+        result = correct_on(w, memory_id, text, scope=scope, actor=options.get("actor", "agent"))
+    return _finish(settings, result, result.conversation_id, options.get("refresh", True))
+
+
+def correct_on(
+    writer: Any, memory_id: str, text: str, *, scope: Scope, actor: str = "agent"
+) -> WriteResult:
+    """`correct` on an open writer: the old memory is soft-deleted with `replaced_by`, the new
+    one `supersedes` it and keeps its scope, sources, tags and decay rate."""
     content = _fact_text(text)
-    with scoped_writer(settings, actor, scope, options.get("now")) as writer:
-        old = _target(writer, memory_id, scope)
-        if old["kind"] == "episode":
-            raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
-        if normalise_text(old["content"]) == normalise_text(content):
-            raise MemoryOpError(f"memory {memory_id} already says that")
-        category, importance = classify_fact(content)
-        memory = NewMemory(
-            content=content,
-            kind=old["kind"],
-            conversation_id=old["conversation_id"],
-            session_id=old["session_id"],
-            speaker=old["speaker"],
-            source_role=actor,
-            category=old["category"] or category,
-            importance=old["importance"] if old["importance"] is not None else importance,
-            event_time=old["event_time"],
-            source_ids=list(old["source_ids"] or []),
-            user_id=old["user_id"],
-            agent_id=old["agent_id"],
-            tags=list(old["tags"] or []),
-            decay_rate=old["decay_rate"],
-        )
-        new_id = writer.replace(memory_id, memory, meta={"op": "correct"})
+    old = _target(writer, memory_id, scope)
+    if old["kind"] == "episode":
+        raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
+    if normalise_text(old["content"]) == normalise_text(content):
+        raise MemoryOpError(f"memory {memory_id} already says that")
+    category, importance = classify_fact(content)
+    memory = NewMemory(
+        content=content,
+        kind=old["kind"],
+        conversation_id=old["conversation_id"],
+        session_id=old["session_id"],
+        speaker=old["speaker"],
+        source_role=actor,
+        category=old["category"] or category,
+        importance=old["importance"] if old["importance"] is not None else importance,
+        event_time=old["event_time"],
+        source_ids=list(old["source_ids"] or []),
+        user_id=old["user_id"],
+        agent_id=old["agent_id"],
+        tags=list(old["tags"] or []),
+        decay_rate=old["decay_rate"],
+    )
+    new_id = writer.replace(memory_id, memory, meta={"op": "correct"})
     result = WriteResult("updated", new_id, replaced_id=memory_id)
-    return _finish(settings, result, old["conversation_id"], options.get("refresh", True))
+    result.conversation_id = old["conversation_id"]
+    return result
 
 
 class Options(TypedDict, total=False):
@@ -236,21 +273,29 @@ def restore(settings: Settings, memory_id: str, **options: Unpack[Options]) -> W
 def _change(settings: Settings, memory_id: str, status: str, options: Options) -> WriteResult:
     """One memory confirmed, forgotten or restored, in one writer transaction."""
     scope = options.get("scope") or Scope()
-    actor = options.get("actor", "agent")
-    with scoped_writer(settings, actor, scope, options.get("now")) as writer:
-        row = _target(writer, memory_id, scope, active=status != "restored")
-        if status == "forgotten":
-            if row["kind"] == "episode":
-                raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
-            writer.soft_delete(
-                memory_id,
-                change="soft_deleted",
-                purge_after_days=FORGET_PURGE_DAYS,
-                meta={"op": "forget"},
-            )
-        elif status == "restored":
-            writer.restore(memory_id, meta={"op": "restore"})
-        else:
-            writer.confirm(memory_id, meta={"op": "confirm"})
+    with scoped_writer(settings, options.get("actor", "agent"), scope, options.get("now")) as w:
+        result = change_on(w, memory_id, status, scope=scope)
+    return _finish(settings, result, result.conversation_id, options.get("refresh", True))
+
+
+def change_on(writer: Any, memory_id: str, status: str, *, scope: Scope) -> WriteResult:
+    """Confirm, forget or restore (`status` confirmed | forgotten | restored) on an open writer."""
+    if memory_id.startswith("ep_") and status == "forgotten":
+        raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
+    row = _target(writer, memory_id, scope, active=status != "restored")
+    if status == "forgotten":
+        if row["kind"] == "episode":
+            raise MemoryOpError("episodes mirror transcript files: edit the transcript instead")
+        writer.soft_delete(
+            memory_id,
+            change="soft_deleted",
+            purge_after_days=FORGET_PURGE_DAYS,
+            meta={"op": "forget"},
+        )
+    elif status == "restored":
+        writer.restore(memory_id, meta={"op": "restore"})
+    else:
+        writer.confirm(memory_id, meta={"op": "confirm"})
     result = WriteResult(status, memory_id)
-    return _finish(settings, result, row["conversation_id"], options.get("refresh", True))
+    result.conversation_id = row["conversation_id"]
+    return result

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from memory_dag.config import Settings
+from memory_dag.index.published import IndexNotBuiltError
+from memory_dag.index.search import get_searcher
+from memory_dag.memories.journal import JOURNAL_SEQ_KEY
 from memory_dag.scope import Scope
-from memory_dag.store.connection import fetch_dicts, open_store
+from memory_dag.store.connection import fetch_dicts, get_meta, open_store
 
 #: Seed 003 §1: the delta header shows at most this many bullets.
 MAX_DELTA_BULLETS = 3
@@ -49,6 +53,17 @@ class Delta:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class StoredChanges:
+    """What the store says about changes after a revision: its folded journal position, the
+    change rows (unfiltered) and each conversation's revision. Read once per store version by
+    the context block (`read/context_block.py`); `changes` reads it afresh."""
+
+    folded: int
+    rows: tuple[dict[str, Any], ...]
+    revisions: tuple[tuple[str, int], ...]
+
+
 def changes(
     settings: Settings,
     since: int,
@@ -65,37 +80,116 @@ def changes(
     """
     scope = scope or Scope()
     conversation_id = conversation_id if conversation_id is not None else scope.conversation_id
+    with open_store(settings.db_path, read_only=True) as con:
+        scope.check_connection(con)
+        stored = stored_changes(con, since, conversation_id)
+    return delta_of(settings, since, stored, conversation_id=conversation_id, scope=scope)
+
+
+def stored_changes(con: Any, since: int, conversation_id: str | None) -> StoredChanges:
+    """The store's part of `changes` (on an open connection)."""
     where = "c.rev > ?"
     params: list[Any] = [since]
     if conversation_id is not None:
         where += " AND c.conversation_id = ?"
         params.append(conversation_id)
-    with open_store(settings.db_path, read_only=True) as con:
-        scope.check_connection(con)
-        rows = fetch_dicts(
-            con,
-            "SELECT c.conversation_id, c.rev, c.event, c.memory_id, c.ts, c.meta, m.kind, "
-            "m.category, m.importance, m.content, m.user_id, m.session_id, m.attributes, "
-            "m.state AS memory_state, m.conversation_id AS memory_conversation FROM change_log c "
-            f"LEFT JOIN memories m ON m.id = c.memory_id WHERE {where} "
-            "ORDER BY c.conversation_id, c.rev",
-            params,
-        )
-        revision_rows = con.execute(
-            "SELECT conversation_id, rev FROM conversation_revisions"
-            + (" WHERE conversation_id = ?" if conversation_id is not None else ""),
-            [conversation_id] if conversation_id is not None else [],
-        ).fetchall()
+    folded = int(get_meta(con, JOURNAL_SEQ_KEY) or 0)
+    rows = fetch_dicts(
+        con,
+        "SELECT c.conversation_id, c.rev, c.event, c.memory_id, c.ts, c.meta, m.kind, "
+        "m.category, m.importance, m.content, m.user_id, m.session_id, m.attributes, "
+        "m.state AS memory_state, m.conversation_id AS memory_conversation FROM change_log c "
+        f"LEFT JOIN memories m ON m.id = c.memory_id WHERE {where} "
+        "ORDER BY c.conversation_id, c.rev",
+        params,
+    )
     for row in rows:
         row["meta"] = json.loads(row["meta"]) if row["meta"] else {}
+    revision_rows = con.execute(
+        "SELECT conversation_id, rev FROM conversation_revisions"
+        + (" WHERE conversation_id = ?" if conversation_id is not None else ""),
+        [conversation_id] if conversation_id is not None else [],
+    ).fetchall()
+    revisions = tuple((conversation, int(rev)) for conversation, rev in revision_rows)
+    return StoredChanges(folded, tuple(rows), revisions)
+
+
+def delta_of(
+    settings: Settings,
+    since: int,
+    stored: StoredChanges,
+    *,
+    conversation_id: str | None,
+    scope: Scope,
+) -> Delta:
+    """`changes` from the store's part (rows after `since` of it are used) and the live
+    writes not folded yet, read through `scope` (whose store check the caller made)."""
+    revisions = dict(stored.revisions)
+    if conversation_id is not None:
+        revisions.setdefault(conversation_id, 0)
+    rows = [dict(row) for row in stored.rows if row["rev"] > since]
+    live = live_changes(settings, stored.folded, revisions, conversation_id)
+    rows += [row for row in live if row["rev"] > since]
     rows = [row for row in rows if _readable(scope, row)]
     for row in rows:
         for key in ("user_id", "session_id", "attributes", "memory_conversation"):
             row.pop(key)
-    revisions = {conversation: int(rev) for conversation, rev in revision_rows}
-    if conversation_id is not None:
-        revisions.setdefault(conversation_id, 0)
     return Delta(since, revisions, rows, delta_header(since, rows))
+
+
+def live_changes(
+    settings: Settings,
+    folded: int,
+    revisions: dict[str, int],
+    conversation_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """Changes of live writes the store has not folded yet (the delta segment's), numbered as
+    the revisions they will get when folded; `revisions` (the store's) is raised to match.
+
+    The numbers are a forecast: the pipeline may log changes of its own first.
+    """
+    try:
+        overlay = get_searcher(settings).overlay()
+    except IndexNotBuiltError:
+        return []
+    rows: list[dict[str, Any]] = []
+    for change in overlay.changes:
+        memory = change.memory
+        conversation = memory.get("conversation_id") or ""
+        if change.seq <= folded or conversation_id not in (None, conversation):
+            continue
+        revisions[conversation] = revisions.get(conversation, 0) + 1
+        now = overlay.memories.get(memory["id"], memory)
+        rows.append(
+            {
+                "conversation_id": conversation,
+                "rev": revisions[conversation],
+                "event": change.event,
+                "memory_id": memory["id"],
+                "ts": change.at,
+                "meta": {"replaces": change.by, "live": True} if change.by else {"live": True},
+                "kind": memory.get("kind"),
+                "category": memory.get("category"),
+                "importance": memory.get("importance"),
+                "content": memory.get("content"),
+                "user_id": memory.get("user_id"),
+                "session_id": memory.get("session_id"),
+                "attributes": memory.get("attributes"),
+                "memory_state": now.get("state", "active"),
+                "memory_conversation": memory.get("conversation_id"),
+            }
+        )
+    return rows
+
+
+def current_revision(settings: Settings, con: Any, conversation_id: str) -> int:
+    """A conversation's revision: the store's, plus its live writes not folded yet."""
+    row = con.execute(
+        "SELECT rev FROM conversation_revisions WHERE conversation_id = ?", [conversation_id]
+    ).fetchone()
+    revisions = {conversation_id: int(row[0]) if row else 0}
+    live_changes(settings, int(get_meta(con, JOURNAL_SEQ_KEY) or 0), revisions, conversation_id)
+    return revisions[conversation_id]
 
 
 def _readable(scope: Scope, row: dict[str, Any]) -> bool:
@@ -120,7 +214,7 @@ def delta_header(since: int, rows: list[dict[str, Any]]) -> str:
     One bullet per memory, its net change (see the module doc); rows carry the memory's
     current `memory_state` when known.
     """
-    ordered = sorted(rows, key=lambda r: (r["ts"], r["rev"]))
+    ordered = sorted(rows, key=lambda r: (_time(r["ts"]), r["rev"]))
     new_since: set[str] = set()
     latest: dict[str, dict[str, Any]] = {}
     for row in ordered:
@@ -138,9 +232,14 @@ def delta_header(since: int, rows: list[dict[str, Any]]) -> str:
         for row in latest.values()
         if row["event"] not in _PRESENT_EVENTS or row.get("memory_state", "active") == "active"
     ]
-    newest = sorted(shown, key=lambda r: (r["ts"], r["rev"]), reverse=True)
+    newest = sorted(shown, key=lambda r: (_time(r["ts"]), r["rev"]), reverse=True)
     bullets = [_bullet(row) for row in newest[:MAX_DELTA_BULLETS]]
     return "\n".join([f"Memory updates since rev {since}:", *bullets]) if bullets else ""
+
+
+def _time(value: Any) -> datetime:
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _bullet(row: dict[str, Any]) -> str:

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory_dag.config import Settings
+from memory_dag.memories.categories import AccessDenied
+from memory_dag.memories.journal import JOURNAL_SEQ_KEY
 from memory_dag.memories.writer import MemoryOpError
 from memory_dag.scope import Scope
-from memory_dag.store.connection import fetch_dicts, open_store
+from memory_dag.store.connection import fetch_dicts, get_meta, open_store
 
 #: Columns `Scope.allows` reads.
 _SCOPE_COLUMNS = "m.kind, m.user_id, m.conversation_id, m.session_id, m.category, m.attributes"
@@ -99,12 +101,17 @@ _PROFILE_COLUMNS = (
 
 
 def memory_history(
-    settings: Settings, memory_id: str, *, scope: Scope | None = None
+    settings: Settings,
+    memory_id: str,
+    *,
+    scope: Scope | None = None,
+    lock_timeout: float | None = None,
 ) -> dict[str, Any]:
-    """The memory and every history row that names it (as the subject, old or new reference);
-    AccessDenied when the scope may not read the memory."""
+    """The memory and every history row that names it (as the subject, old or new reference),
+    and the journal position the store has folded; AccessDenied when the scope may not read
+    the memory."""
     scope = scope or Scope()
-    with open_store(settings.db_path, read_only=True) as con:
+    with open_store(settings.db_path, read_only=True, lock_timeout=lock_timeout) as con:
         scope.check_connection(con)
         rows = fetch_dicts(
             con,
@@ -123,9 +130,41 @@ def memory_history(
             "WHERE ? IN (memory_id, old_ref, new_ref) ORDER BY ts, id",
             [memory_id],
         )
+        folded = int(get_meta(con, JOURNAL_SEQ_KEY) or 0)
     for event in events:
         event["meta"] = json.loads(event["meta"]) if event["meta"] else {}
-    return {"memory": rows[0], "history": events}
+    return {"memory": rows[0], "history": events, "journal_seq": folded}
+
+
+def user_export(
+    settings: Settings, scope: Scope, *, lock_timeout: float | None = None
+) -> dict[str, Any]:
+    """Everything the store holds that the scope's user owns (seed 003 §8: history exportable
+    per user): its memories in any state, their history rows, and the journal position the
+    store has folded (`journal_seq`: live writes after it are not in these rows yet)."""
+    if scope.user_id is None:
+        raise AccessDenied("an export is for one user: name the user")
+    with open_store(settings.db_path, read_only=True, lock_timeout=lock_timeout) as con:
+        scope.check_connection(con)
+        memories = scope.filter(
+            fetch_dicts(
+                con,
+                "SELECT * FROM memories WHERE user_id = ? AND kind <> 'episode' "
+                "ORDER BY created_at, id",
+                [scope.user_id],
+            ),
+            across_conversations=True,
+        )
+        history = fetch_dicts(
+            con,
+            "SELECT id, ts, event, memory_id, old_ref, new_ref, actor, meta FROM history "
+            "WHERE memory_id IN (SELECT unnest(?::TEXT[])) ORDER BY ts, id",
+            [[row["id"] for row in memories]],
+        )
+        folded = int(get_meta(con, JOURNAL_SEQ_KEY) or 0)
+    for event in history:
+        event["meta"] = json.loads(event["meta"]) if event["meta"] else {}
+    return {"memories": memories, "history": history, "journal_seq": folded}
 
 
 #: Transcript turns that say what a newer statement contradicted, replaced or asked to forget:

@@ -60,6 +60,7 @@ from memory_dag.memories.facts import (
     select_for_write,
     validate_fact,
 )
+from memory_dag.memories.fold import fold_journal
 from memory_dag.memories.reconcile import (
     Decision,
     ExistingMemory,
@@ -226,7 +227,12 @@ class TurnWriter:
     """Reconciles and writes the facts of user turns inside the writer's open transaction."""
 
     def __init__(
-        self, writer: MemoryWriter, llm: LLMClient | None, method: str, counts: dict[str, int]
+        self,
+        writer: MemoryWriter,
+        llm: LLMClient | None,
+        method: str,
+        counts: dict[str, int],
+        gate: ConsentGate | None = None,
     ) -> None:
         self.writer = writer
         self.llm = llm
@@ -236,7 +242,7 @@ class TurnWriter:
         self.written: list[str] = []
         #: Keys of turns whose extraction failed: not examined, so a later run retries them.
         self.failed: list[str] = []
-        self.consent = ConsentGate(writer)
+        self.consent = gate or ConsentGate(writer)
 
     def _count(self, key: str, amount: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + amount
@@ -361,6 +367,7 @@ def write_turns(
     llm: LLMClient | None = None,
     extracted: Mapping[str, Extracted] | None = None,
     counts: dict[str, int] | None = None,
+    gate: ConsentGate | None = None,
 ) -> TurnWriter:
     """Examine user turns in order and write their facts, inside `writer`'s open transaction.
 
@@ -368,12 +375,13 @@ def write_turns(
     by `UserTurn.key`: extract before opening the store, so an LLM does not hold DuckDB's lock),
     checked (seed 003 §9), deduplicated and reconciled against the same owner's facts, and
     written with history and change log. Returns the `TurnWriter`: `.written` (new fact ids),
-    `.failed` (turns whose extraction failed), `.timings`.
+    `.failed` (turns whose extraction failed), `.timings`. `writer` may be a `MemoryWriter` or
+    a `live_writer.LiveWriter` (then `gate` is its `LiveConsentGate`).
     """
     if extracted is None:
         extracted = dict(zip((t.key for t in turns), extract_turns(llm, list(turns)), strict=True))
     method = "llm" if llm is not None else "rules"
-    turn_writer = TurnWriter(writer, llm, method, counts if counts is not None else {})
+    turn_writer = TurnWriter(writer, llm, method, counts if counts is not None else {}, gate)
     # One embedding call for the whole batch instead of one per turn.
     writer.embed([c.text for t in turns for c in extracted[t.key][0]])
     for turn in turns:
@@ -421,6 +429,8 @@ def consolidate(
     counts: dict[str, int] = dict.fromkeys(_COUNT_KEYS, 0)
     timings = {"extract": 0.0, "reconcile": 0.0, "write": 0.0, "relations": 0.0}
     provider = get_provider(settings)
+    # Live writes first: the turns they examined are then never extracted again (`fold.py`).
+    counts["live_calls_folded"] = fold_journal(settings).counts["calls"]
 
     with open_store(settings.db_path) as con:
         writer = MemoryWriter(con, provider, actor=ACTOR, now=now)

@@ -127,6 +127,11 @@ class Clock:
         self._ticks += 1
         return self._start + timedelta(microseconds=self._ticks)
 
+    def move_to(self, moment: datetime) -> None:
+        """Read `moment` from now on (a replayed live write keeps the time it was made at)."""
+        self._start = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        self._ticks = 0
+
 
 @dataclass
 class NewMemory:

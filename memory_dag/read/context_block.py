@@ -29,19 +29,22 @@ the store, the block is built from the published index alone and says so in `not
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from memory_dag.config import Settings
 from memory_dag.index.search import SearchFilters
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.memories.categories import CategoryConfig, load_categories
-from memory_dag.memories.change_log import changes
+from memory_dag.memories.change_log import StoredChanges, delta_of, live_changes, stored_changes
 from memory_dag.read.query import fit_tokens, index_kinds
 from memory_dag.read.results import Candidate, RetrievalResult
 from memory_dag.read.retriever import RetrievalConfig, Retriever
+from memory_dag.read.store_signals import store_signature
 from memory_dag.scope import Scope, store_users
 from memory_dag.store.connection import StoreLockedError, fetch_dicts, open_store
 from memory_dag.summaries.conversation_summaries import read_final_summary
@@ -122,7 +125,7 @@ def build_context(
     settings = settings or Settings.load()
     categories = categories or load_categories()
     retriever = retriever or Retriever(settings, config)
-    scope.check_index(retriever.searcher.index)
+    scope.check_store(retriever.searcher.store_users())
     notes: list[str] = []
     filters = scope.search_filters(index_kinds(retriever), exclude=OWN_SECTION_KINDS)
     always = _always_categories(scope, categories)
@@ -258,36 +261,87 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+@dataclass(frozen=True)
+class _StoredView:
+    """The store's part of a block, read once per store version (DuckDB changes only when a
+    pipeline writes it; live writes are laid over it at every call)."""
+
+    users: int
+    rev: int
+    changes: StoredChanges
+    reflections: list[dict[str, Any]]
+    summary: Any
+
+
+_stored_views: dict[tuple[Any, ...], _StoredView] = {}
+_stored_views_lock = threading.Lock()
+
+
+def _stored_view(settings: Settings, conversation_id: str, since_rev: int | None) -> _StoredView:
+    """The store's revision, changes, reflections and summary for a conversation (cached by
+    the store's signature: a short read-only connection costs tens of milliseconds)."""
+    db_path = Path(settings.db_path)
+    signature = store_signature(db_path)
+    if signature is None:
+        raise FileNotFoundError(f"no memory store at {db_path}")
+    key = (str(db_path.resolve()), signature, conversation_id, since_rev)
+    with _stored_views_lock:
+        cached = _stored_views.get(key)
+    if cached is not None:
+        return cached
+    with open_store(db_path, read_only=True, lock_timeout=0.0) as con:
+        users = store_users(con)
+        row = con.execute(
+            "SELECT rev FROM conversation_revisions WHERE conversation_id = ?", [conversation_id]
+        ).fetchone()
+        rev = int(row[0]) if row else 0
+        since = max(rev - DELTA_REVISIONS, 0) if since_rev is None else since_rev
+        view = _StoredView(
+            users=users,
+            rev=rev,
+            changes=stored_changes(con, since, conversation_id),
+            reflections=fetch_dicts(
+                con,
+                "SELECT content, kind, user_id, conversation_id, session_id, category, "
+                "attributes FROM memories WHERE kind = 'reflection' AND valid_until IS NULL "
+                "AND state = 'active' ORDER BY created_at DESC, id DESC",
+            ),
+            summary=read_final_summary(con, conversation_id) if conversation_id else None,
+        )
+    with _stored_views_lock:
+        for old in [k for k in _stored_views if k[0] == key[0] and k[1] != signature]:
+            del _stored_views[old]
+        _stored_views[key] = view
+    return view
+
+
 def _read_store(
     settings: Settings, scope: Scope, since_rev: int | None, notes: list[str]
 ) -> _StoreView | None:
     """Revision, delta header, final summary and latest reflection the scope may read; None if
     the store is busy."""
-    conversation_id = scope.conversation_id
+    conversation_id = scope.conversation_id or ""
     try:
-        with open_store(settings.db_path, read_only=True, lock_timeout=0.0) as con:
-            scope.check_store(store_users(con))
-            row = con.execute(
-                "SELECT rev FROM conversation_revisions WHERE conversation_id = ?",
-                [conversation_id],
-            ).fetchone()
-            reflections = fetch_dicts(
-                con,
-                "SELECT content, kind, user_id, conversation_id, session_id, category, "
-                "attributes FROM memories WHERE kind = 'reflection' AND valid_until IS NULL "
-                "AND state = 'active' ORDER BY created_at DESC, id DESC",
-            )
-            summary = read_final_summary(con, conversation_id) if conversation_id else None
+        stored = _stored_view(settings, conversation_id, since_rev)
     except FileNotFoundError:
         notes.append("no store: no delta header, summary or reflection")
         return None
     except StoreLockedError:
         notes.append("store busy (a pipeline holds it): no delta header, summary or reflection")
         return None
-    rev = int(row[0]) if row else 0
+    scope.check_store(stored.users)
+    revisions = {conversation_id: stored.rev}
+    live_changes(settings, stored.changes.folded, revisions, conversation_id)
+    rev = revisions[conversation_id]
     since = max(rev - DELTA_REVISIONS, 0) if since_rev is None else since_rev
-    delta = changes(settings, since, scope=scope).header if rev > since else ""
-    readable = scope.filter(reflections, across_conversations=True)
+    delta = ""
+    if rev > since:
+        found = delta_of(
+            settings, since, stored.changes, conversation_id=conversation_id, scope=scope
+        )
+        delta = found.header
+    readable = scope.filter(stored.reflections, across_conversations=True)
+    summary = stored.summary
     summary_row = {
         "kind": "summary",
         "user_id": None,

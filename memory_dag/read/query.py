@@ -27,6 +27,7 @@ from memory_dag.config import Settings
 from memory_dag.index.search import SearchFilters
 from memory_dag.ingest.tokens import count_tokens, decode, encode
 from memory_dag.memories.categories import AccessDenied, CategoryConfig, load_categories
+from memory_dag.memory_results import Result
 from memory_dag.read.results import Candidate
 from memory_dag.read.retriever import RetrievalConfig, Retriever
 from memory_dag.scope import Scope
@@ -97,8 +98,8 @@ class MemoryFull(MemoryBullet):
     speaker: str | None
 
 
-class MemoryQueryResponse(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
+class MemoryQueryResponse(Result):
+    """The answer of memory.query (`to_dict()` names the mode `return`, as the request does)."""
 
     agent: str
     #: The categories actually read (the request's, or the agent's allowlist).
@@ -171,8 +172,8 @@ def query_filters(request: MemoryQuery, scope: Scope, kinds: list[str]) -> Searc
 
 
 def index_kinds(retriever: Retriever) -> list[str]:
-    """Kinds present in the live index (the kind filter lists the accepted ones)."""
-    return [k for k in retriever.searcher.index.codes["kind"][1] if k is not None]
+    """Kinds present in the live index and its delta (the kind filter lists the accepted ones)."""
+    return retriever.searcher.kinds()
 
 
 def query_memory(
@@ -189,7 +190,7 @@ def query_memory(
     categories = categories or load_categories()
     retriever = retriever or Retriever(settings, config)
     scope, wanted = request_scope(request, scope, categories)
-    scope.check_index(retriever.searcher.index)
+    scope.check_store(retriever.searcher.store_users())
     filters = query_filters(request, scope, index_kinds(retriever))
     result = retriever.retrieve(
         request.query, top_k=request.top_k, filters=filters, threshold=request.threshold
@@ -214,12 +215,14 @@ def _render(
 ) -> MemoryBullet:
     hit = candidate.hit
     category = hit.category or uncategorized
+    # The memory behind the hit (a turn's episode id), so `history` and `forget` take it.
+    memory_id = candidate.memory_ids[0] if len(candidate.memory_ids) == 1 else hit.id
     if mode == "bullets":
         line = " ".join(candidate.text.split())
         label = f"{category}, superseded" if candidate.superseded else category
-        return MemoryBullet(id=hit.id, category=category, text=f"[{label}] {line}")
+        return MemoryBullet(id=memory_id, category=category, text=f"[{label}] {line}")
     return MemoryFull(
-        id=hit.id,
+        id=memory_id,
         category=category,
         text=candidate.text,
         kind=hit.kind,

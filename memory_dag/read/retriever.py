@@ -38,7 +38,6 @@ writes to DuckDB, whose single writer may be busy.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypeGuard
@@ -47,7 +46,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from memory_dag.config import Settings
-from memory_dag.index.published import PublishedIndex
+from memory_dag.index.delta import Overlay
 from memory_dag.index.search import Fusion, Searcher, SearchFilters, get_searcher
 from memory_dag.read import scoring
 from memory_dag.read.access_log import AccessLog, get_access_log
@@ -60,6 +59,7 @@ from memory_dag.read.store_signals import (
     query_entity_names,
     related_candidates,
     store_snapshot,
+    with_live_writes,
 )
 
 SECONDS_PER_DAY = 86_400.0
@@ -141,11 +141,10 @@ class Retriever:
         hits = searcher.search(query, k=pool_size, filters=filters, min_score=0.0, fusion=fusion)
         if exclude_session is not None:
             hits = [h for h in hits if h.session_id != exclude_session]
-        texts = searcher.index.rows["text"]
-        pool = [Candidate(h, memory_ids_of(h), texts[h.row], h.score, h.score) for h in hits]
+        pool = [Candidate(h, memory_ids_of(h), searcher.text_of(h), h.score, h.score) for h in hits]
         stages.append(StageRun("candidates", True, f"fusion {fusion}", len(pool)))
 
-        pool, signals = self._liveness_stage(query, pool, fusion, stages)
+        pool, signals = self._liveness_stage(query, pool, fusion, stages, searcher.overlay())
         self._entity_stage(pool, signals, fusion, stages)
         source = self._rerank_stage(query, pool, stages)
         candidates = list(pool)  # before the threshold: related memories need not match
@@ -158,7 +157,7 @@ class Retriever:
         self._insight_stage(pool, stages)
         if self._store_stage(signals, "current", config.current, stages):
             self._current_stage(pool, signals, stages)
-        items = self._select(pool, top_k, searcher.index, stages)
+        items = self._select(pool, top_k, searcher, stages)
 
         shown = {i for c in items for i in c.memory_ids}
         related = related_candidates(items, candidates, signals) if config.relations else []
@@ -170,7 +169,12 @@ class Retriever:
     # --- stages ------------------------------------------------------------------------------
 
     def _liveness_stage(
-        self, query: str, pool: list[Candidate], fusion: str, stages: list[StageRun]
+        self,
+        query: str,
+        pool: list[Candidate],
+        fusion: str,
+        stages: list[StageRun],
+        overlay: Overlay,
     ) -> tuple[list[Candidate], StoreSignals | None]:
         config = self.config
         if not config.store_signals:
@@ -178,10 +182,10 @@ class Retriever:
             return pool, None
         db_path = Path(self.settings.db_path)
         snapshot, why = store_snapshot(db_path, config.store_lock_timeout)
-        if snapshot is None:
+        if snapshot is None and not overlay.hidden:
             stages.append(StageRun("liveness", False, f"{why}: the published index stands"))
             return pool, None
-        signals = replace(snapshot, entity_matches={})
+        signals = with_live_writes(snapshot or StoreSignals(), overlay)
         names = query_entity_names(query) if config.entities and fusion == "rrf" else []
         if names:
             ids = sorted({i for c in pool for i in c.memory_ids})
@@ -347,17 +351,17 @@ class Retriever:
         stages.append(StageRun("current", True, detail, len(pool)))
 
     def _select(
-        self, pool: list[Candidate], top_k: int, index: PublishedIndex, stages: list[StageRun]
+        self, pool: list[Candidate], top_k: int, searcher: Searcher, stages: list[StageRun]
     ) -> list[Candidate]:
         config = self.config
         ranked = sorted(pool, key=lambda c: -c.score)
         if not config.mmr:
             stages.append(StageRun("mmr", False, "off"))
             return ranked[:top_k]
-        if not index.manifest["dims"]:
+        if not searcher.index.manifest["dims"]:
             stages.append(StageRun("mmr", False, "the index has no vectors"))
             return ranked[:top_k]
-        vectors = np.asarray(index.vectors[[c.hit.row for c in ranked]], dtype=np.float64)
+        vectors = np.asarray(searcher.vectors_of([c.hit for c in ranked]), dtype=np.float64)
         scores = scoring.min_max(np.asarray([c.score for c in ranked]))
         items = [ranked[p] for p in scoring.mmr_order(scores, vectors, top_k, config.mmr_lambda)]
         stages.append(StageRun("mmr", True, f"lambda {config.mmr_lambda}", len(items)))

@@ -9,11 +9,12 @@ the store for longer than the caller allows.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from memory_dag.ids import episode_id
+from memory_dag.index.delta import Overlay
 from memory_dag.index.search import SearchHit
 from memory_dag.memories.entities import extract_entities
 from memory_dag.memories.lookups import superseded_turns
@@ -110,6 +111,31 @@ def _read_snapshot(con: Any, signature: tuple[int, ...]) -> StoreSignals:
         snapshot.edges.setdefault(from_id, []).append((to_id, strength))
         snapshot.edges.setdefault(to_id, []).append((from_id, strength))
     return snapshot
+
+
+def with_live_writes(snapshot: StoreSignals, overlay: Overlay) -> StoreSignals:
+    """The store's signals with the newer word of live writes (the delta segment) on top:
+    what they forgot or replaced is dead and supersedes its turns, what they restored lives."""
+    superseded = {
+        episode: by
+        for episode, by in snapshot.superseded.items()
+        if episode not in overlay.released
+    }
+    superseded.update(overlay.superseded)
+    facts_of = {
+        episode: [fact for fact in facts if fact not in overlay.dead]
+        for episode, facts in snapshot.facts_of.items()
+    }
+    for episode, facts in overlay.facts_of.items():
+        known = facts_of.setdefault(episode, [])
+        known.extend(fact for fact in facts if fact not in known)
+    return replace(
+        snapshot,
+        dead=(snapshot.dead | overlay.dead) - overlay.alive,
+        superseded=superseded,
+        facts_of=facts_of,
+        entity_matches={},
+    )
 
 
 def entity_matches(

@@ -32,8 +32,14 @@ class StoreLockedError(RuntimeError):
 
 
 def is_lock_error(error: BaseException) -> bool:
-    """True for DuckDB's 'Could not set lock on file' conflicts (and only those)."""
+    """True for DuckDB's 'Could not set lock on file' conflicts (and only those), and for its
+    refusal to open a file this process already holds in another mode (a pipeline run in a
+    thread of this process, beside a live reader): the same conflict, within one process."""
     message = str(error).lower()
+    if isinstance(error, duckdb.ConnectionException):
+        return "different configuration" in message
+    if isinstance(error, duckdb.BinderException):  # a writer while this process reads it
+        return "unique file handle conflict" in message
     return isinstance(error, duckdb.IOException) and (
         "could not set lock" in message or "conflicting lock" in message
     )
@@ -72,7 +78,7 @@ def connect(
         try:
             con = duckdb.connect(str(path), read_only=read_only)
             break
-        except duckdb.IOException as error:
+        except (duckdb.IOException, duckdb.ConnectionException, duckdb.BinderException) as error:
             if not is_lock_error(error) or time.monotonic() >= deadline:
                 if is_lock_error(error):
                     raise StoreLockedError(

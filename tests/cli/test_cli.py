@@ -19,7 +19,7 @@ import pytest
 
 from memory_dag.cli.main import build_parser, main
 from memory_dag.config import ENV_PREFIX, Settings
-from memory_dag.index.search import search
+from memory_dag.memory import Memory
 from memory_dag.pipeline import run_all
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -33,17 +33,7 @@ TABLES = {
     "chunks": 9,
     "ingest_errors": 1,
 }
-HIT_FIELDS = {
-    "id",
-    "path",
-    "start_line",
-    "end_line",
-    "score",
-    "snippet",
-    "turn_ids",
-    "conversation_id",
-    "session_id",
-}
+ITEM_FIELDS = {"id", "memory", "kind", "score", "path", "start_line", "conversation_id", "run_id"}
 CHECKS = {"chunks_are_valid", "every_chunk_embedded", "index_matches_embeddings"}
 SISTER = "Where does Dana's sister live?"
 
@@ -101,13 +91,15 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     listed = re.search(r"^  \{([\w,-]+)\}$", out, re.MULTILINE)
     assert listed, out
     assert set(listed.group(1).split(",")) == commands
-    # Each command on its own line with its one-line help.
-    described = dict(re.findall(r"^    (\w[\w-]*)\s+(\S.*)$", out, re.MULTILINE))
+    # Each command on its own line with its one-line help (old names in brackets after it).
+    described = dict(re.findall(r"^    (\w[\w-]*)(?: \([\w, ]+\))?\s+(\S.*)$", out, re.MULTILINE))
     assert described["ingest"] == "materialize every asset"
     assert described["search"] == "hybrid search"
     assert described["sql"] == "run SQL on the store (read-only)"
     assert described["eval"] == "retrieval quality on a benchmark"
-    assert set(described) == commands
+    primary = {action.dest for action in subparsers._choices_actions}
+    assert set(described) == primary
+    assert {"remember", "correct", "forget"} <= commands - primary  # old names still work
 
 
 @pytest.mark.parametrize("argv", [["search", "anything"], ["sql", "SELECT 1"]])
@@ -197,38 +189,37 @@ def test_ingest_without_dagster(
 
 
 def test_search_json(ingested: Settings, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["search", SISTER, "--json", "--conversation", "conv-a", "--k", "2"]
-    hits = run_json(capsys, [*argv, *paths(ingested)])
+    argv = ["search", SISTER, "--json", "--conversation", "conv-a", "--limit", "2"]
+    found = run_json(capsys, [*argv, *paths(ingested)])
+    assert found["query"] == SISTER
+    hits = found["results"]
     assert 1 <= len(hits) <= 2
     for hit in hits:
-        assert set(hit) >= HIT_FIELDS
+        assert set(hit) >= ITEM_FIELDS
         assert hit["conversation_id"] == "conv-a"
     top = hits[0]
-    assert top["turn_ids"] == ["t3"]
+    assert top["id"].startswith("ep_")  # a turn's episode id: what `history` and `get` take
     assert top["path"] == "sessions/conv-a/s1.jsonl"
-    assert (top["start_line"], top["end_line"]) == (3, 3)
-    assert "Toronto" in top["snippet"]
-    assert top["session_id"] == "s1"
-    everything = run_json(capsys, [*argv, "--min-score", "0", *paths(ingested)])
-    assert len(everything) == 2  # --k caps the 5 turns of conv-a
-    assert everything[0] == top
+    assert top["start_line"] == 3
+    assert "Toronto" in top["memory"]
+    assert top["run_id"] == "s1"
+    everything = run_json(capsys, [*argv, "--min-score", "0", *paths(ingested)])["results"]
+    assert len(everything) == 2  # --limit caps the 5 turns of conv-a
+    assert everything[0]["id"] == top["id"]
     scores = [hit["score"] for hit in everything]
     assert scores == sorted(scores, reverse=True)
-    # The command is the library call, serialised (both with the default fusion).
-    expected = search(SISTER, settings=ingested, conversation="conv-a", k=2)
-    assert hits == [hit.to_dict() for hit in expected]
+    # The command is `Memory.search`, serialised.
+    expected = Memory(ingested).search(SISTER, conversation_id="conv-a", limit=2)
+    assert found == expected.to_dict()
 
 
-def test_search_ranks_like_the_library_by_default(
+def test_search_old_flag_names_still_work(
     ingested: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["search", SISTER, "--json", "--conversation", "conv-a", "--k", "2"]
-    expected = [
-        hit.to_dict() for hit in search(SISTER, settings=ingested, conversation="conv-a", k=2)
-    ]
-    assert ingested.fusion == "zscore"
-    assert run_json(capsys, [*argv, *paths(ingested)]) == expected
-    assert run_json(capsys, [*argv, "--fusion", "zscore", *paths(ingested)]) == expected
+    argv = ["search", SISTER, "--json", "--conversation", "conv-a", *paths(ingested)]
+    assert run_json(capsys, [*argv, "--k", "1"]) == run_json(capsys, [*argv, "--limit", "1"])
+    assert len(run_json(capsys, [*argv, "--k", "1"])["results"]) == 1
+    assert run_json(capsys, [*argv, "--session", "s1"]) == run_json(capsys, [*argv, "--run", "s1"])
 
 
 def test_sql_json(ingested: Settings, capsys: pytest.CaptureFixture[str]) -> None:
@@ -271,7 +262,8 @@ def test_real_process(
     )
     assert done.returncode == 0, done.stderr
     hits = json.loads(done.stdout)  # stdout is nothing but the JSON document
-    assert hits and hits[0]["turn_ids"] == ["t3"]
+    top = hits["results"][0]
+    assert (top["path"], top["start_line"]) == ("sessions/conv-a/s1.jsonl", 3)
     assert hits == run_json(capsys, [*argv, *paths(ingested)])  # same as in-process
 
     missing = ["--index-dir", str(tmp_path / "no-index")]

@@ -3,6 +3,7 @@ writer, a lock or a missing store is one clear line, and --db picks the store an
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -135,7 +136,6 @@ def test_a_long_sql_read_does_not_keep_writers_out(ingested: Settings, tmp_path:
 LOCKED_COMMANDS = [
     ["sql", "SELECT 1"],
     ["stats"],
-    ["remember", "Sam likes green tea."],
     ["changes"],
     ["entity", "Dana"],
     ["ingest", "--no-dagster"],
@@ -162,6 +162,25 @@ def test_a_held_lock_is_one_line_and_exit_2(
     assert code == 2
     line = one_line_error(capsys)
     assert "is locked by another process" in line and "try again when it has finished" in line
+
+
+def test_a_write_goes_through_while_a_pipeline_holds_the_store(
+    ingested: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live write never waits for the DuckDB lock: durable and searchable at once."""
+    monkeypatch.setenv("MEMORY_DAG_LOCK_TIMEOUT", "0.5")
+    holder = _hold_lock(ingested.db_path)
+    try:
+        capsys.readouterr()
+        assert main(["add", "Sam likes green tea.", "-q", *db_args(ingested)]) == 0
+        memory_id = capsys.readouterr().out.strip()
+        assert memory_id.startswith("fact_")
+        assert main(["search", "green tea", "--json", *db_args(ingested)]) == 0
+        found = json.loads(capsys.readouterr().out)["results"]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert memory_id in [hit["id"] for hit in found]
 
 
 READERS = [

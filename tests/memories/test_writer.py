@@ -21,6 +21,7 @@ from memory_dag.memories.agent_ops import (
     restore,
 )
 from memory_dag.memories.change_log import changes
+from memory_dag.memories.fold import fold_journal
 from memory_dag.memories.lookups import entity_profile, memory_history, stats
 from memory_dag.memories.writer import MemoryOpError
 from memory_dag.scope import Scope
@@ -225,23 +226,28 @@ def test_stats_and_entity_profiles(store: Settings) -> None:
 def test_cli_commands_run_the_same_operations(
     store: Settings, capsys: pytest.CaptureFixture
 ) -> None:
-    where = ["--db", str(store.db_path), "--index-dir", str(store.index_dir), "--workspace", "ws"]
+    where = ["--db", str(store.db_path), "--index-dir", str(store.index_dir)]
+    where += ["--workspace", str(store.workspace)]  # live writes journal there
     with open_store(store.db_path):  # the CLI works on an existing store (`ingest` makes one)
         pass
 
     assert main(["remember", "Sam loves pizza.", "--conversation", "demo", *where, "--json"]) == 0
-    created = json.loads(capsys.readouterr().out)
-    assert created["status"] == "created" and created["revision"] == 1
+    [created] = json.loads(capsys.readouterr().out)["results"]
+    assert created["event"] == "ADD" and created["memory"] == "Sam loves pizza."
 
+    # A live write: in the delta header and the history before any pipeline run...
     assert main(["changes", "--since", "0", "--conversation", "demo", *where]) == 0
     assert "- +created: [preferences] Sam loves pizza (imp=3)" in capsys.readouterr().out
-
-    assert main(["history", created["memory_id"], *where]) == 0
+    assert main(["history", created["id"], *where]) == 0
     assert "ADD" in capsys.readouterr().out
 
+    # ...and linked to its entities once the pipeline folded it into the store.
+    fold_journal(store)
+    assert main(["history", created["id"], *where]) == 0
+    assert "not folded yet" not in capsys.readouterr().out
     assert main(["entity", "sam", *where, "--json"]) == 0
     [profile] = json.loads(capsys.readouterr().out)
-    assert profile["memories"][0]["id"] == created["memory_id"]
+    assert profile["memories"][0]["id"] == created["id"]
 
     assert main(["forget", "fact_missing", *where]) == 1
     assert "no memory fact_missing" in capsys.readouterr().err

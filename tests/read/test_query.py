@@ -166,13 +166,13 @@ def test_uncategorised_turns_are_read_as_the_uncategorized_category(store: Setti
     # Turns are shared by their conversation: a user reads them when naming it.
     scope = Scope.of(user_id="alice", conversation_id="conv-a")
     results = query_memory(query, scope=scope, settings=store, config=QUIET).results
-    turns = [r for r in results if r.id.startswith("ch_")]
+    turns = [r for r in results if r.id.startswith("ep_")]
 
     assert turns and all(r.category == "event" for r in turns)
     assert not [r for r in results if r.id == "sum"]  # summaries are not ranked with memories
     planner = query.model_copy(update={"agent": "planner"})
     assert not [r for r in query_memory(planner, scope=scope, settings=store, config=QUIET).results
-                if r.id.startswith("ch_")]  # fmt: skip
+                if r.id.startswith("ep_")]  # fmt: skip
     alone = query_memory(query, scope=Scope.of(user_id="alice"), settings=store, config=QUIET)
     assert not [r for r in alone.results if r.id.startswith("ch_")]  # no conversation named
 
@@ -314,10 +314,13 @@ def test_cli_query_prints_bullets_and_rejects_disallowed_categories(
     paths = ["--db", str(store.db_path), "--index-dir", str(store.index_dir)]
     args = ["query", "--agent", "planner", "--categories", "tasks", "--user", "alice"]
 
-    assert main([*args, *paths, "--top-k", "1", "rotate the deploy key"]) == 0
+    assert main([*args, *paths, "--limit", "1", "rotate the deploy key"]) == 0
+    # The id first, so `history`, `update` and `delete` can take it from the listing.
     assert capsys.readouterr().out.strip() == (
-        "[tasks] Alice must rotate the deploy key before the release"
+        "a_deploy_key  [tasks] Alice must rotate the deploy key before the release"
     )
+    assert main([*args, *paths, "--top-k", "1", "rotate the deploy key"]) == 0  # the old name
+    assert capsys.readouterr().out.startswith("a_deploy_key  [tasks]")
     refused = ["query", "--agent", "planner", "--categories", "preferences", *paths, "tea"]
     assert main(refused) == 2
     assert "may not read ['preferences']" in capsys.readouterr().err

@@ -1,0 +1,513 @@
+"""The delta segment: what live writes changed since the published index version.
+
+A live write (`memories/live_writer.py`) appends to the journal (the source of truth) and then,
+under the same lock, to this small file beside the published index:
+
+    <index_dir>/delta.jsonl    one record per change, fsynced, in journal order
+
+    {"seq": 7, "at": "...", "op": "put",  "event": "created", "memory": {...}, "search": {...},
+     "vector": "<base64 float32>", "model": "wordllama/l2_supercat_256"}
+    {"seq": 8, "at": "...", "op": "drop", "event": "deleted", "memory": {...}, "by": "fact_..."}
+    {"seq": 9, "at": "...", "op": "note", "event": "confirmed", "memory": {...}}
+
+`put` makes a row searchable (a new fact, a restored one, a transcript turn: `search` is its
+published-index row, embedded at write time), `drop` makes a memory disappear (forgotten,
+replaced, contradicted), `note` is a change the delta header shows and search does not.
+
+Every reader (`Searcher`, in any process) lays the records over the version it loaded
+(`Overlay`): the records the version already holds are skipped (a memory change whose `seq` is
+at most the manifest's `journal_seq`; a transcript turn the version indexes), and for the rest
+the latest record of each memory wins: its published row is hidden, a `put` is searched beside
+the published rows. Readers notice a new record by the file's size (one `stat` per search) and
+read only the new lines. Writers rewrite the file without what the published version holds
+(`compact`) when it grows, so it stays small.
+
+(About 500 lines on purpose: the record format, the incremental reader and the overlay are one
+concept and change together.)
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from memory_dag.index.published import PublishedIndex
+from memory_dag.index.search_text import bm25_documents
+from memory_dag.index.text_index import K1, B, tokenize
+from memory_dag.memories.journal import write_durably
+
+DELTA_FILE = "delta.jsonl"
+#: A writer compacts the delta once it holds this many records the published version has.
+COMPACT_AFTER = 512
+#: Kinds of memories that are shared transcript turns (a `put` of one is a transcript row).
+TURN_KIND = "episode"
+
+
+def delta_path(index_dir: Path) -> Path:
+    return Path(index_dir) / DELTA_FILE
+
+
+# --------------------------------------------------------------------------- records
+
+
+def encode_vector(vector: np.ndarray | None) -> str | None:
+    if vector is None:
+        return None
+    return base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes()).decode("ascii")
+
+
+def decode_vector(text: str | None) -> np.ndarray | None:
+    if not text:
+        return None
+    return np.frombuffer(base64.b64decode(text), dtype=np.float32)
+
+
+def record(
+    seq: int,
+    at: datetime,
+    op: str,
+    event: str | None,
+    memory: Mapping[str, Any],
+    *,
+    search: Mapping[str, Any] | None = None,
+    vector: np.ndarray | None = None,
+    model: str | None = None,
+    by: str | None = None,
+) -> dict[str, Any]:
+    """One delta record (see the module doc)."""
+    return {
+        "seq": seq,
+        "at": at.isoformat(),
+        "op": op,
+        "event": event,
+        "memory": dict(memory),
+        "search": dict(search) if search is not None else None,
+        "vector": encode_vector(vector),
+        "model": model,
+        "by": by,
+    }
+
+
+def append_records(index_dir: Path, records: Sequence[Mapping[str, Any]]) -> None:
+    """Append records (one fsynced write). Call under the journal's lock."""
+    if not records:
+        return
+    Path(index_dir).mkdir(parents=True, exist_ok=True)
+    data = "".join(_dumps(r) + "\n" for r in records).encode("utf-8")
+    write_durably(delta_path(index_dir), data)
+
+
+def _dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def last_seq(index_dir: Path) -> int:
+    """The seq of the last record (0 when there is none)."""
+    records = delta_file(index_dir).snapshot()[1]
+    return int(records[-1]["seq"]) if records else 0
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class DeltaFile:
+    """The records of one delta file, read incrementally: a reader keeps its offset and reads
+    only lines added since; a rewritten file (`compact`, a new inode) is read again whole."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._records: list[dict[str, Any]] = []
+        self._offset = 0
+        self._identity: tuple[int, int] | None = None
+        #: Changes whenever the records change (a new line, a rewrite).
+        self.generation = 0
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
+        """(generation, records) as the file stands now."""
+        import json
+
+        with self._lock:
+            try:
+                info = os.stat(self.path)
+            except FileNotFoundError:
+                if self._records or self._identity is not None:
+                    self._records, self._offset, self._identity = [], 0, None
+                    self.generation += 1
+                return self.generation, self._records
+            identity = (info.st_dev, info.st_ino)
+            if identity != self._identity or info.st_size < self._offset:
+                self._records, self._offset, self._identity = [], 0, identity
+                self.generation += 1
+            if info.st_size > self._offset:
+                with open(self.path, "rb") as handle:
+                    handle.seek(self._offset)
+                    data = handle.read(info.st_size - self._offset)
+                end = data.rfind(b"\n") + 1  # a line still being written is read next time
+                if end:
+                    fresh = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+                    self._records = [*self._records, *fresh]
+                    self._offset += end
+                    self.generation += 1
+            return self.generation, self._records
+
+
+_files: dict[Path, DeltaFile] = {}
+_files_lock = threading.Lock()
+
+
+def delta_file(index_dir: Path) -> DeltaFile:
+    """The process's reader of an index folder's delta file."""
+    path = delta_path(index_dir).resolve()
+    with _files_lock:
+        reader = _files.get(path)
+        if reader is None:
+            reader = _files[path] = DeltaFile(path)
+        return reader
+
+
+# --------------------------------------------------------------------------- the overlay
+
+
+@dataclass
+class Change:
+    """A memory change not yet in the store's change log (for the delta header)."""
+
+    seq: int
+    at: datetime
+    event: str
+    memory: dict[str, Any]
+    by: str | None = None
+
+
+@dataclass
+class Overlay:
+    """The delta records a published version does not hold yet, ready to search beside it."""
+
+    #: Searchable rows (published-index row columns) and their vectors.
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    #: memory id -> its row after the delta's last change to it (any state; turns too).
+    memories: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Memory ids whose published rows are hidden (the delta has newer word on them).
+    hidden: set[str] = field(default_factory=set)
+    #: Memory ids the delta made inactive / active again.
+    dead: set[str] = field(default_factory=set)
+    alive: set[str] = field(default_factory=set)
+    #: episode id -> the memory that superseded what it said (a drop of a fact drawn from it).
+    superseded: dict[str, str | None] = field(default_factory=dict)
+    #: Episodes of facts active again: no longer superseded by them.
+    released: set[str] = field(default_factory=set)
+    #: episode id -> active facts the delta drew from it.
+    facts_of: dict[str, list[str]] = field(default_factory=dict)
+    changes: list[Change] = field(default_factory=list)
+    #: The last record laid over the version (its seq), and the users and kinds the rows name.
+    seq: int = 0
+    users: set[str] = field(default_factory=set)
+    kinds: set[str] = field(default_factory=set)
+    hidden_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _terms: list[Counter[str]] = field(default_factory=list)
+    _lengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _document_frequency: Counter[str] = field(default_factory=Counter)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    # ----------------------------------------------------------------- filtering
+
+    def allowed(self, filters: Any) -> np.ndarray:
+        """Positions of the rows that pass `SearchFilters` (as `search.allowed_rows` does)."""
+        return np.asarray(
+            [i for i, row in enumerate(self.rows) if _passes(row, filters)], dtype=np.int64
+        )
+
+    # ----------------------------------------------------------------- scoring
+
+    def bm25(self, query: str, index: PublishedIndex) -> np.ndarray:
+        """BM25 of every row for `query`, with the published version's term statistics (the
+        delta's own rows counted in), so its scores compare with the version's."""
+        scores = np.zeros(len(self.rows), dtype=np.float32)
+        if not self.rows:
+            return scores
+        total = index.text.size + len(self.rows)
+        average = index.text.avg_length or float(self._lengths.mean() or 1.0)
+        norm = K1 * (1.0 - B) + K1 * B * self._lengths / max(average, 1e-9)
+        for term in tokenize(query):
+            frequency = index.text.document_frequency(term) + self._document_frequency[term]
+            if not frequency:
+                continue
+            idf = np.log1p((total - frequency + 0.5) / (frequency + 0.5))
+            tf = np.asarray([terms[term] for terms in self._terms], dtype=np.float32)
+            scores += (idf * tf / (tf + norm)).astype(np.float32)
+        return scores
+
+
+def _passes(row: Mapping[str, Any], filters: Any) -> bool:
+    if filters is None:
+        return True
+    if filters.conversation is not None and row["conversation_id"] != filters.conversation:
+        return False
+    if filters.session is not None and row["session_id"] != filters.session:
+        return False
+    for column in ("source", "kind", "role", "speaker", "category", "user_id", "agent_id"):
+        wanted = getattr(filters, column)
+        if wanted is not None:
+            accepted = [wanted] if isinstance(wanted, str) else list(wanted)
+            if row[column] not in accepted:
+                return False
+    if filters.kind is None and row["kind"] in (filters.exclude_kinds or ()):
+        return False
+    if filters.path is not None:
+        path, prefix = row["path"] or "", filters.path
+        if not (path == prefix or (prefix.endswith("/") and path.startswith(prefix))):
+            return False
+    importance = row["importance"] if row["importance"] is not None else -1
+    if filters.importance_min is not None and importance < filters.importance_min:
+        return False
+    if filters.importance_max is not None and not 0 <= importance <= filters.importance_max:
+        return False
+    if filters.pinned is not None and bool(row["pinned"]) != filters.pinned:
+        return False
+    updated = _time(row["updated_at"])
+    after, before = filters.updated_after, filters.updated_before
+    if after is not None and (updated is None or updated < _aware(after)):
+        return False
+    return before is None or (updated is not None and updated < _aware(before))
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _time(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+#: Drops that say a turn's statement no longer holds (as `lookups.superseded_turns` counts:
+#: contradicted, replaced, forgotten), not decay or expiry.
+SUPERSEDING_EVENTS = ("deleted", "soft_deleted", "replaced")
+#: Events the change log records (the delta header); "replaced" is the old side of "updated".
+CHANGE_EVENTS = ("created", "updated", "merged", "deleted", "soft_deleted", "restored", "confirmed")
+
+
+def build_overlay(
+    index: PublishedIndex,
+    records: Iterable[Mapping[str, Any]],
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+) -> Overlay:
+    """The records `index` does not hold, laid over it (see the module doc).
+
+    `embed` re-embeds rows whose stored vector came from another model than the version's.
+    """
+    overlay = Overlay()
+    model = f"{index.manifest['provider']}/{index.manifest['model']}"
+    latest: dict[str, Mapping[str, Any]] = {}
+    indexed_turns = _IndexedTurns(index)
+    for item in records:
+        memory = item["memory"]
+        overlay.seq = max(overlay.seq, int(item["seq"]))
+        if memory.get("kind") == TURN_KIND:
+            if indexed_turns.holds(memory.get("path"), memory.get("turn_id")):
+                continue
+        elif int(item["seq"]) <= index.journal_seq:
+            continue
+        if item["op"] in ("put", "drop", "note"):
+            overlay.memories[memory["id"]] = dict(memory)  # the memory after the change
+        if item["event"] in CHANGE_EVENTS:
+            overlay.changes.append(
+                Change(
+                    int(item["seq"]),
+                    datetime.fromisoformat(item["at"]),
+                    item["event"],
+                    dict(memory),
+                    item.get("by"),
+                )
+            )
+        if item["op"] in ("put", "drop"):
+            latest[memory["id"]] = item
+    vectors: list[np.ndarray | None] = []
+    stale: list[int] = []
+    for memory_id, item in latest.items():
+        memory = item["memory"]
+        overlay.hidden.add(memory_id)
+        if memory.get("user_id") is not None:
+            overlay.users.add(memory["user_id"])
+        sources = list(memory.get("source_ids") or [])
+        if item["op"] == "drop":
+            overlay.dead.add(memory_id)
+            if memory.get("kind") == "fact" and item["event"] in SUPERSEDING_EVENTS:
+                for episode in sources:
+                    overlay.superseded[episode] = item.get("by")
+            continue
+        overlay.alive.add(memory_id)
+        if memory.get("kind") == "fact":
+            overlay.released.update(sources)
+            for episode in sources:
+                overlay.facts_of.setdefault(episode, []).append(memory_id)
+        search = item.get("search")
+        if search is None:
+            continue
+        overlay.rows.append(dict(search))
+        overlay.kinds.add(search["kind"])
+        vector = decode_vector(item.get("vector")) if item.get("model") == model else None
+        if vector is None:
+            stale.append(len(vectors))
+        vectors.append(vector)
+    overlay.released -= set(overlay.superseded)
+    _vectors(overlay, vectors, stale, index, embed)
+    _text_statistics(overlay)
+    overlay.hidden_rows = np.asarray(
+        sorted(row for row in (index.row_of(i) for i in overlay.hidden) if row is not None),
+        dtype=np.int64,
+    )
+    return overlay
+
+
+def _vectors(
+    overlay: Overlay,
+    vectors: list[np.ndarray | None],
+    stale: list[int],
+    index: PublishedIndex,
+    embed: Callable[[list[str]], np.ndarray] | None,
+) -> None:
+    dims = int(index.manifest["dims"])
+    if stale:
+        texts = [overlay.rows[i]["search_text"] for i in stale]
+        fresh = embed(texts) if embed is not None and dims else np.zeros((len(texts), dims))
+        for position, vector in zip(stale, fresh, strict=True):
+            vectors[position] = vector
+    overlay.vectors = (
+        np.vstack([np.asarray(v, dtype=np.float32) for v in vectors])
+        if vectors
+        else np.zeros((0, dims), dtype=np.float32)
+    )
+
+
+#: The BM25 terms of delta rows already seen (an overlay is rebuilt after every live write; a
+#: row's terms never change), keyed by what `bm25_documents` reads. Cleared when it grows large.
+_terms_seen: dict[tuple[str, Any, str], Counter[str]] = {}
+_TERMS_SEEN_LIMIT = 200_000
+
+
+def _text_statistics(overlay: Overlay) -> None:
+    if not overlay.rows:
+        return
+    keys = [(r["search_text"], _time(r["event_time"]), r["kind"]) for r in overlay.rows]
+    missing = list(dict.fromkeys(k for k in keys if k not in _terms_seen))
+    if missing:
+        frame = pl.DataFrame(
+            {
+                "search_text": [k[0] for k in missing],
+                "event_time": [k[1] for k in missing],
+                "kind": [k[2] for k in missing],
+            },
+            schema={
+                "search_text": pl.String,
+                "event_time": pl.Datetime("us", "UTC"),
+                "kind": pl.String,
+            },
+        )
+        if len(_terms_seen) + len(missing) > _TERMS_SEEN_LIMIT:
+            _terms_seen.clear()
+        for key, doc in zip(missing, bm25_documents(frame).to_list(), strict=True):
+            _terms_seen[key] = Counter(tokenize(doc))
+    overlay._terms = [_terms_seen[k] for k in keys]
+    overlay._lengths = np.asarray([sum(t.values()) for t in overlay._terms], dtype=np.float32)
+    for terms in overlay._terms:
+        overlay._document_frequency.update(terms.keys())
+
+
+class _IndexedTurns:
+    """Which transcript turns (path, turn id) a published version indexes, per path on demand."""
+
+    def __init__(self, index: PublishedIndex) -> None:
+        self.index = index
+        self._by_path: dict[str, set[str]] = {}
+
+    def holds(self, path: str | None, turn_id: str | None) -> bool:
+        if path is None or turn_id is None:
+            return False
+        turns = self._by_path.get(path)
+        if turns is None:
+            codes, lookup = self.index.codes["path"]
+            code = lookup.get(path)
+            rows = np.nonzero(codes == code)[0] if code is not None else []
+            turn_ids = self.index.rows["turn_ids"]
+            turns = self._by_path[path] = {t for r in rows for t in (turn_ids[r] or [])}
+        return turn_id in turns
+
+
+_overlays: dict[tuple[str, str, int], Overlay] = {}
+_overlays_lock = threading.Lock()
+
+
+def current_overlay(
+    index: PublishedIndex,
+    index_dir: Path,
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+) -> Overlay:
+    """The delta laid over `index` as it stands now (rebuilt only when the file changed)."""
+    generation, records = delta_file(index_dir).snapshot()
+    key = (str(Path(index_dir).resolve()), index.folder.name, generation)
+    with _overlays_lock:
+        overlay = _overlays.get(key)
+    if overlay is None:
+        overlay = build_overlay(index, records, embed)
+        with _overlays_lock:
+            stale = [k for k in _overlays if k[0] == key[0]]
+            for old in stale:
+                del _overlays[old]
+            _overlays[key] = overlay
+    return overlay
+
+
+def compact(index_dir: Path, index: PublishedIndex) -> int:
+    """Rewrite the delta without the records `index` holds, when there are enough of them.
+    Call under the journal's lock; returns how many records were dropped."""
+    _, records = delta_file(index_dir).snapshot()
+    indexed_turns = _IndexedTurns(index)
+
+    def held(item: Mapping[str, Any]) -> bool:
+        memory = item["memory"]
+        if memory.get("kind") == TURN_KIND:
+            return indexed_turns.holds(memory.get("path"), memory.get("turn_id"))
+        return int(item["seq"]) <= index.journal_seq
+
+    kept = [r for r in records if not held(r)]
+    dropped = len(records) - len(kept)
+    if dropped < COMPACT_AFTER:
+        return 0
+    if not kept or kept[-1]["seq"] != records[-1]["seq"]:
+        # Keep the position: a writer compares it with the journal's (`live_writer`).
+        kept.append(record(int(records[-1]["seq"]), datetime.now(UTC), "mark", None, {}))
+    path = delta_path(index_dir)
+    staging = path.with_name(f".{DELTA_FILE}.{os.getpid()}.tmp")
+    staging.write_text("".join(_dumps(r) + "\n" for r in kept), encoding="utf-8")
+    with open(staging, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(staging, path)
+    return dropped
