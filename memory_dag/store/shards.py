@@ -174,7 +174,7 @@ def write_routes(settings: Settings, routes: dict[str, str]) -> None:
     write_json_atomically(routes_file(settings), {"conversations": dict(sorted(routes.items()))})
 
 
-class RouteRequired(ValueError):
+class RouteRequired(LookupError):
     """A sharded store needs a user or a conversation to know which shard to read or write."""
 
 

@@ -29,15 +29,15 @@ def test_cli_ingests_every_shard_routes_by_user_and_reshards(
             ["search", text, "--json", "--user", user, "--conversation", f"conv-{user}", *flags]
         )
         assert code == 0
-        return json.loads(capsys.readouterr().out)
+        return json.loads(capsys.readouterr().out)["results"]
 
     # user001 talks about pizza, user002 about chess; each is answered from its own shard.
     hits = search("user001", "pizza anchovies")
-    assert hits and all("conv-user001" in hit["path"] for hit in hits)
+    assert hits and all(hit["conversation_id"] == "conv-user001" for hit in hits)
     assert shard_of("user:user001", 4) != shard_of("user:user004", 4)
     other = search("user004", "pizza anchovies")  # a shard without user001's rows
-    assert other and all("conv-user004" in hit["path"] for hit in other)
-    assert not any("anchovies" in hit["snippet"] for hit in other)
+    assert other and all(hit["conversation_id"] == "conv-user004" for hit in other)
+    assert not any("anchovies" in hit["memory"] for hit in other)
     # No user, no conversation: refused, never answered from every shard.
     assert main(["search", "pizza", *flags]) == 2
     assert "name a user" in capsys.readouterr().err
