@@ -189,7 +189,8 @@ def settings_for(
     shards = shard_count(settings)
     if shards == 1:
         return settings
-    key = route_key(user_id, conversation_id, read_routes(settings))
+    routes = read_routes(settings) if conversation_id else None  # a user's key needs none
+    key = route_key(user_id, conversation_id, routes)
     if key is None:
         raise RouteRequired(
             f"the store has {shards} shards: name a user (--user) or a conversation "

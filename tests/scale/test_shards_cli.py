@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from memory_dag.cli.main import main
 from memory_dag.store.shards import SHARDS_ENV, shard_of
 from tests.scale.corpus import built_shards, write_corpus
@@ -81,3 +83,31 @@ def test_two_users_on_different_shards_are_routed_right_under_concurrent_reads(
     assert all(paths for _, paths in answers)
     for user, conversations in answers:
         assert set(conversations) == {f"conv-{user}"}, (user, conversations)
+
+
+def test_the_memory_api_routes_each_user_to_their_shard_under_concurrent_load(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """`Memory` (what `memory-dag serve` calls per request) reads each user's own shard."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memory_dag.memory import Memory
+    from memory_dag.store.shards import RouteRequired
+
+    monkeypatch.setenv(SHARDS_ENV, "4")
+    memory = Memory(built_shards(tmp_path, 4, users=6))
+    alice, bob = "user001", "user004"  # shards 2 and 3
+    assert memory.store(alice).db_path.name == "shard-02.duckdb"
+    assert memory.store(bob).db_path.name == "shard-03.duckdb"
+
+    def ask(number: int) -> tuple[str, set[str | None]]:
+        user = (alice, bob)[number % 2]
+        found = memory.search("pizza or violin", user_id=user, conversation_id=f"conv-{user}")
+        return user, {result.conversation_id for result in found.results}
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(ask, range(100)))
+    for user, conversations in answers:
+        assert conversations == {f"conv-{user}"}, (user, conversations)
+    with pytest.raises(RouteRequired):
+        memory.store(None)
