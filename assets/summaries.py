@@ -55,8 +55,7 @@ def conversation_summaries(
     """The adaptive summary tree (NONE … HIERARCHICAL) of each conversation of the run."""
     from memory_dag.summaries.refresh import summarize_conversations, summary_report
 
-    partitioned = context.has_partition_key or context.has_partition_key_range
-    keys = list(context.partition_keys) if partitioned else None
+    keys = conversation_keys(context)
     started = time.perf_counter()
     try:
         runs = summarize_conversations(memory.settings(), keys, force=config.force)
@@ -65,6 +64,15 @@ def conversation_summaries(
     report = summary_report(runs, time.perf_counter() - started)
     log_report(context, report, echo=memory.progress)
     return dg.MaterializeResult(metadata=summary_metadata(report, runs))
+
+
+def conversation_keys(context: dg.AssetExecutionContext) -> list[str] | None:
+    """The run's conversations; None (every conversation whose input changed) for a run
+    without partitions, or whose partitions are shards (a sharded store, assets/shards.py)."""
+    partitioned = context.has_partition_key or context.has_partition_key_range
+    if not partitioned or context.assets_def.partitions_def != conversations:
+        return None
+    return list(context.partition_keys)
 
 
 def summary_metadata(report: "StageReport", runs: "list[SummaryRun]") -> dict[str, Any]:

@@ -13,6 +13,7 @@ from assets.jobs import JOBS, PIPELINE_ASSETS
 from assets.maintenance import MAINTENANCE_ASSETS, MAINTENANCE_JOBS
 from assets.read import READ_ASSETS, READ_JOBS, READ_SCHEDULES
 from assets.resources import MemoryStoreResource
+from assets.shards import configured_shards, sharded_definitions
 from assets.summaries import SUMMARY_ASSETS, SUMMARY_JOBS
 from schedules.maintenance import SCHEDULES
 from schedules.maintenance_jobs import MAINTENANCE_SCHEDULES
@@ -35,3 +36,8 @@ defs = dg.Definitions(
     resources={"memory": MemoryStoreResource()},
     executor=dg.in_process_executor,
 )
+
+# A sharded store (MEMORY_DAG_SHARDS > 1): the same graph, partitioned by shard (assets/shards.py).
+_shards = configured_shards()
+if _shards > 1:
+    defs = sharded_definitions(defs, _shards)

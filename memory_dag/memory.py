@@ -66,6 +66,7 @@ from memory_dag.read.query import MemoryQuery, MemoryQueryResponse, query_memory
 from memory_dag.read.retriever import RetrievalConfig, Retriever
 from memory_dag.scope import Scope
 from memory_dag.store.connection import StoreLockedError
+from memory_dag.store.shards import settings_for
 
 #: Seconds a read that needs the DuckDB file (history, export) waits for a pipeline's lock.
 READ_WAIT_SECONDS = 10.0
@@ -111,9 +112,10 @@ class Memory:
     # ----------------------------------------------------------------- where a request goes
 
     def store(self, user_id: str | None = None) -> Settings:
-        """The store (settings: DuckDB file, index, workspace) a request for `user_id` uses.
-        One store today; routing users to stores of their own belongs here."""
-        return self.settings
+        """The store (settings: DuckDB file, index, workspace) a request for `user_id` uses:
+        the one store, or in a sharded store (MEMORY_DAG_SHARDS > 1) the shard holding the
+        user (`store/shards.py`; a request without a user is refused there, `RouteRequired`)."""
+        return settings_for(self.settings, user_id=user_id)
 
     def _live_store(self, settings: Settings) -> LiveStore:
         key = Path(settings.index_dir).resolve()

@@ -3,7 +3,9 @@
 Entity extraction, rule-based fact extraction and extractive summaries are regular
 expressions and small numpy steps over independent texts: threads would wait on the GIL, so
 `process_map` hands slices of the items to worker processes and returns the results in order,
-exactly what `fn(items)` gives. Small batches and one-core machines stay in-process.
+exactly what `fn(items)` gives. Small batches and one-core machines stay in-process, and so
+does a daemonic process (a Celery worker's run process in a sharded deployment,
+deploy/local/): it may not start children, and its deployment runs one per core already.
 
 The workers are forked from a fresh server process ("forkserver": this process runs DuckDB's,
 Polars' and Dagster's threads, which a plain `fork` would copy mid-flight) and kept for the
@@ -42,7 +44,7 @@ def process_map(
     (workers import it by name), and its items and results must pickle.
     """
     workers = usable_cpus()
-    if len(items) < min_items or workers < 2:
+    if len(items) < min_items or workers < 2 or multiprocessing.current_process().daemon:
         return fn(items)
     size = -(-len(items) // (2 * workers))  # two slices a worker even out uneven slices
     slices = [items[start : start + size] for start in range(0, len(items), size)]

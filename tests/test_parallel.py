@@ -68,3 +68,21 @@ def test_the_display_shows_each_stage_with_its_items() -> None:
     with progress.stage("entities"):  # nothing is shown, nothing fails
         progress.advance(1)
     assert progress._display is None
+
+
+def _in_a_daemon(queue) -> None:  # a module-level target: multiprocessing pickles it by name
+    texts = [f"text {number}" for number in range(5_000)]
+    queue.put(process_map(lengths, texts) == lengths(texts))
+
+
+def test_a_daemonic_process_works_in_process() -> None:
+    """A Celery worker's run process is daemonic and may not start workers: same results."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_in_a_daemon, args=(queue,), daemon=True)
+    child.start()
+    assert queue.get(timeout=120) is True
+    child.join(timeout=60)
+    assert child.exitcode == 0

@@ -20,14 +20,26 @@ from memory_dag.config import Settings
 from memory_dag.memories.categories import AccessDenied
 from memory_dag.scope import Scope, UnknownCategory
 from memory_dag.store.connection import StoreLockedError
+from memory_dag.store.shards import RouteRequired, ShardLayoutError, settings_for
 
 #: Exit status of a request the scope boundary refuses (as `memory-dag query` always did).
 REFUSED = 2
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """Settings from --workspace / --db / --index-dir, then MEMORY_DAG_* variables."""
-    return Settings.load(workspace=args.workspace, db_path=args.db, index_dir=args.index_dir)
+    """Settings from --workspace / --db / --index-dir, then MEMORY_DAG_* variables; in a
+    sharded store (MEMORY_DAG_SHARDS > 1), those of the shard holding --user / --conversation.
+
+    Commands that build stores (`creates_store`: ingest, reshard, ...) get the whole store's."""
+    settings = Settings.load(workspace=args.workspace, db_path=args.db, index_dir=args.index_dir)
+    if getattr(args, "creates_store", False):
+        return settings
+    conversation = getattr(args, "conversation", None)
+    return settings_for(
+        settings,
+        user_id=getattr(args, "user", None),
+        conversation_id=conversation if isinstance(conversation, str) else None,
+    )
 
 
 def print_json(value: Any) -> None:
@@ -150,6 +162,9 @@ def require_store(args: argparse.Namespace) -> None:
 
 def report_error(error: Exception) -> int | None:
     """Print the one line a known error deserves and return the exit status; None otherwise."""
+    if isinstance(error, RouteRequired | ShardLayoutError):
+        print(f"memory-dag: {error}", file=sys.stderr)
+        return 2
     if isinstance(error, FileNotFoundError):
         print(f"memory-dag: {error}", file=sys.stderr)
         return 2

@@ -26,7 +26,9 @@ from memory_dag.cli.common import (
     signal_exit_code,
     stop_on_signals,
 )
+from memory_dag.cli.shards import ingest_every_shard
 from memory_dag.config import Settings
+from memory_dag.store.shards import shard_count
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,6 +38,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    if shard_count(settings) > 1:  # route the workspace, then ingest every shard
+        return ingest_every_shard(args, settings)
     started = time.perf_counter()
     if args.no_dagster or not _dagster_layer_available():
         from memory_dag.pipeline import run_all
@@ -355,9 +359,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command_modules() -> list[Any]:
     """Command groups kept beside the code they drive (memory operations, summaries, ...)."""
-    from memory_dag.cli import memories, read, service, summaries
+    from memory_dag.cli import memories, read, service, shards, summaries
 
-    return [memories.register, read.register, summaries.register, service.register]
+    return [
+        memories.register,
+        read.register,
+        summaries.register,
+        service.register,
+        shards.register,
+    ]
 
 
 def _usage_of_each_command(parser: argparse.ArgumentParser) -> None:

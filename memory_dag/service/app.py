@@ -44,6 +44,7 @@ from memory_dag.service.identity import (
     token_of,
 )
 from memory_dag.store.connection import StoreLockedError
+from memory_dag.store.shards import RouteRequired
 
 #: Paths that need a key when keys are configured (the docs stay readable).
 PROTECTED_PREFIXES = ("/v1", "/mcp")
@@ -197,6 +198,7 @@ class KeyCheck:
 #: Exceptions of the library and the HTTP answer each gets.
 ERRORS: list[tuple[type[Exception], int, str]] = [
     (ScopeRequired, 400, "scope_required"),
+    (RouteRequired, 400, "scope_required"),  # a sharded store: no user, no shard to ask
     (AccessDenied, 403, "access_denied"),
     (UnknownCategory, 400, "unknown_category"),
     (IndexNotBuiltError, 404, "nothing_to_search"),

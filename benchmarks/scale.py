@@ -1,0 +1,248 @@
+"""Throughput of the sharded deployment with 1 and 2 Celery workers over the same 8 shards,
+the nightly maintenance time per shard, and the routed search latency.
+
+    python benchmarks/scale.py [--users-per-shard 12] [--sessions 4] [--turns 60] [--out FILE]
+
+For each worker count: a fresh PostgreSQL + Redis (deploy/local/start.sh), a fresh Dagster
+instance (deploy/local/dagster.yaml, `max_concurrent_runs` = workers), the daemon and the
+workers; the shard sensor routes the workspace and asks for one ingest run per shard. Ingest
+throughput = the corpus's turns / the time from the daemon's start until every shard's ingest
+run succeeded (the whole ingest job: files, chunks, facts, entities, the shard's conversation
+summaries, embeddings, indexes, with every check).
+Then one `maintenance_job` run per shard is submitted (`dagster job launch`, all at once; the
+queue runs as many at a time as there are workers); each run's duration and the span from the
+first start to the last end are read from the instance. Search:
+`memory_dag.search` on the shard `settings_for(user)` routes to, 200 queries over random users
+(the service of issue 16 is not on this branch: the library's routed call is what it calls).
+Requires PostgreSQL and redis-server (apt-get install postgresql redis-server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import dagster as dg  # noqa: E402
+
+from memory_dag.config import Settings  # noqa: E402
+from memory_dag.index.search import search  # noqa: E402
+from memory_dag.scope import Scope  # noqa: E402
+from memory_dag.store.shards import SHARD_TAG, all_shard_settings, settings_for, shard_key  # noqa: E402
+from tests.scale.corpus import TOPICS, users_covering, write_corpus  # noqa: E402
+from tests.scale.servers import (  # noqa: E402
+    BIN,
+    Processes,
+    deployment_env,
+    missing_binaries,
+    start_servers,
+    stop_servers,
+)
+from tests.scale.test_shard_assets import settle  # noqa: E402
+
+SHARDS = 8
+
+
+def episodes(settings: Settings) -> int:
+    import duckdb
+
+    total = 0
+    for shard in all_shard_settings(settings):
+        with duckdb.connect(str(shard.db_path), read_only=True) as con:
+            total += con.execute("SELECT count(*) FROM episodes").fetchone()[0]
+    return total
+
+
+def sizes(settings: Settings, turns: int) -> dict[str, float]:
+    """Store and published-index bytes per turn over the shards (the current index version)."""
+    store = index = 0
+    for shard in all_shard_settings(settings):
+        store += Path(shard.db_path).stat().st_size
+        current = Path(shard.index_dir) / (Path(shard.index_dir) / "CURRENT").read_text().strip()
+        index += sum(p.stat().st_size for p in current.rglob("*") if p.is_file())
+    return {
+        "store_bytes_per_turn": round(store / turns),
+        "index_bytes_per_turn": round(index / turns),
+    }
+
+
+def run_seconds(instance: dg.DagsterInstance, run_id: str) -> float:
+    record = instance.get_run_record_by_id(run_id)
+    return float(record.end_time - record.start_time)
+
+
+def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: Path) -> dict:
+    """Ingest the corpus with `workers` Celery workers; then the nightly job of every shard."""
+    folder = root / f"workers-{workers}"
+    servers_dir, servers = start_servers()
+    data = folder / "data"
+    write_corpus(data / "workspace", names=names, sessions=args.sessions, turns=args.turns)
+    settle(data / "workspace")
+    env = deployment_env(servers, folder / "dagster_home", data, SHARDS)
+    yaml_path = folder / "dagster_home" / "dagster.yaml"
+    yaml_path.write_text(
+        yaml_path.read_text().replace("max_concurrent_runs: 2", f"max_concurrent_runs: {workers}")
+    )
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    processes = Processes(env, folder)
+    result: dict = {"workers": workers}
+    try:
+        for number in range(workers):
+            processes.celery_worker(f"worker{number + 1}")
+        started = time.monotonic()
+        processes.daemon()
+        with dg.DagsterInstance.get() as instance:
+            while True:
+                done = instance.get_runs(
+                    dg.RunsFilter(job_name="ingest_job", statuses=[dg.DagsterRunStatus.SUCCESS])
+                )
+                failed = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+                if failed:
+                    raise RuntimeError(f"runs failed: {[r.run_id for r in failed]} (logs {folder})")
+                if len({r.tags[SHARD_TAG] for r in done}) == SHARDS:
+                    break
+                time.sleep(1)
+            result["ingest_seconds"] = round(time.monotonic() - started, 1)
+            result["ingest_run_seconds"] = sorted(
+                round(run_seconds(instance, r.run_id), 1) for r in done
+            )
+            settings = Settings.load()
+            result["turns"] = episodes(settings)
+            result["turns_per_second"] = round(result["turns"] / result["ingest_seconds"], 1)
+
+            # Nightly maintenance: one run per shard through the queue, submitted together.
+            launches = []
+            for shard in range(SHARDS):
+                key = shard_key(shard)
+                tags = json.dumps({"dagster/partition": key, SHARD_TAG: key})
+                command = [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml"]
+                command += ["-j", "maintenance_job", "--tags", tags]
+                launches.append(subprocess.Popen(command, cwd=REPO, env=env))
+            for launch in launches:
+                if launch.wait() != 0:
+                    raise RuntimeError("dagster job launch failed")
+            while True:
+                nightly = instance.get_runs(
+                    dg.RunsFilter(
+                        job_name="maintenance_job", statuses=[dg.DagsterRunStatus.SUCCESS]
+                    )
+                )
+                if len(nightly) == SHARDS:
+                    break
+                if instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE])):
+                    raise RuntimeError(f"a maintenance run failed (logs {folder})")
+                time.sleep(1)
+            records = [instance.get_run_record_by_id(r.run_id) for r in nightly]
+            first = min(record.start_time for record in records)
+            last = max(record.end_time for record in records)
+            result["nightly_all_shards_seconds"] = round(last - first, 1)
+            result["nightly_run_seconds"] = sorted(
+                round(run_seconds(instance, r.run_id), 1) for r in nightly
+            )
+            runs = instance.get_runs()
+            events = sum(len(instance.all_logs(run.run_id)) for run in runs)
+            result["runs"] = len(runs)
+            result["events_per_run"] = round(events / len(runs), 1)
+            result.update(sizes(settings, result["turns"]))
+    finally:
+        processes.stop_all()
+        stop_servers(servers_dir)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    result["data"] = str(data)
+    return result
+
+
+def search_latency(data: Path, names: list[str], queries: int = 200) -> dict:
+    """Routed search: each query goes to the shard of a random user, scoped to that user."""
+    os.environ["MEMORY_DAG_SHARDS"] = str(SHARDS)
+    base = Settings(workspace=data / "workspace", db_path=data / "memory.duckdb")
+    rng = random.Random(0)
+    timings = []
+    for number in range(queries + 20):
+        user = rng.choice(names)
+        topic = TOPICS[rng.randrange(len(TOPICS))][0]
+        started = time.perf_counter()
+        shard = settings_for(base, user_id=user, conversation_id=f"conv-{user}")
+        scope = Scope.of(user_id=user, conversation_id=f"conv-{user}")
+        search(f"what about {topic}", settings=shard, conversation=f"conv-{user}", scope=scope)
+        if number >= 20:  # the first queries load each shard's index
+            timings.append((time.perf_counter() - started) * 1000)
+    timings.sort()
+    return {
+        "queries": queries,
+        "p50_ms": round(statistics.median(timings), 2),
+        "p95_ms": round(timings[int(0.95 * len(timings)) - 1], 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users-per-shard", type=int, default=12)
+    parser.add_argument("--sessions", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=60, help="turns per session")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    reason = missing_binaries()
+    if reason:
+        print(f"scale.py: {reason}", file=sys.stderr)
+        return 2
+    names = users_covering(SHARDS, args.users_per_shard)
+    root = Path(tempfile.mkdtemp(prefix="memory-dag-scale-"))
+    load = os.getloadavg()
+    results = [one_setting(workers, names, args, root) for workers in (1, 2)]
+    latency = search_latency(Path(results[-1]["data"]), names)
+    one, two = results
+    lines = [
+        f"benchmarks/scale.py  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "
+        f"load average at start {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}  (2 cores)",
+        f"corpus: {len(names)} users over {SHARDS} shards, {one['turns']} turns "
+        f"({args.sessions} sessions x {args.turns} turns a user)",
+        "",
+        "| workers | ingest, all 8 shards (s) | turns/s | ingest run per shard (s, min-max) "
+        "| nightly, all 8 shards (s) | nightly run per shard (s, min / median / max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        runs, nights = result["ingest_run_seconds"], result["nightly_run_seconds"]
+        lines.append(
+            f"| {result['workers']} | {result['ingest_seconds']} | {result['turns_per_second']} "
+            f"| {runs[0]}-{runs[-1]} | {result['nightly_all_shards_seconds']} "
+            f"| {nights[0]} / {statistics.median(nights):.1f} / {nights[-1]} |"
+        )
+    lines += [
+        "",
+        f"speed-up with 2 workers: ingest {one['ingest_seconds'] / two['ingest_seconds']:.2f}x, "
+        f"nightly {one['nightly_all_shards_seconds'] / two['nightly_all_shards_seconds']:.2f}x",
+        f"store {two['store_bytes_per_turn']} B a turn, published index "
+        f"{two['index_bytes_per_turn']} B a turn (8 shards, every table and index version "
+        f"file); {two['events_per_run']} Dagster events a run over {two['runs']} runs",
+        f"routed search (library, 8 shards): p50 {latency['p50_ms']} ms, p95 {latency['p95_ms']} "
+        f"ms over {latency['queries']} queries",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
