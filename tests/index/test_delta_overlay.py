@@ -143,3 +143,22 @@ def test_a_rewritten_delta_or_a_new_version_is_read_again_from_scratch(memory: M
     assert_same(newer.overlay(), from_scratch(newer))
     assert len(newer.overlay()) == 0
     assert memory.search("bike", user_id=USER).results[0].memory == "Sam's bike is red"
+
+
+def test_forgetting_a_published_fact_drawn_from_a_turn_extends_the_overlay(
+    memory: Memory,
+) -> None:
+    said = [{"role": "user", "content": "I am vegetarian and my sister Priya lives in Toronto."}]
+    learned = [e for e in memory.add(said, user_id=USER, conversation_id="chat").results]
+    assert learned, "the rules extract a fact from the turn"
+    run_all(memory.settings)  # the fact and its turn are in the published version now
+    searcher = get_searcher(memory.settings)
+    memory.add("Sam collects vintage stamps", user_id=USER, category="interests")
+    before = searcher.overlay()
+
+    memory.delete(learned[0].id, user_id=USER)  # a memory this overlay never laid
+    extended = searcher.overlay()
+    assert extended.rows and extended.rows[0] is before.rows[0]
+    assert learned[0].id in extended.dead and extended.superseded
+    assert_same(extended, from_scratch(searcher))
+    assert answers(memory) == answers_from_scratch(memory)
