@@ -18,12 +18,14 @@ Every reader (`Searcher`, in any process) lays the records over the version it l
 (`Overlay`): the records the version already holds are skipped (a memory change whose `seq` is
 at most the manifest's `journal_seq`; a transcript turn the version indexes), and for the rest
 the latest record of each memory wins: its published row is hidden, a `put` is searched beside
-the published rows. Readers notice a new record by the file's size (one `stat` per search) and
-read only the new lines. Writers rewrite the file without what the published version holds
-(`compact`) when it grows, so it stays small.
+the published rows. Readers notice a new record by the file's size (one `stat` per search),
+read only the new lines and lay only them over a copy of the overlay they hold
+(`extend_overlay`); a rewritten file, a new version, or a record that changes a memory already
+laid makes them build it from scratch. Writers rewrite the file without what the published
+version holds (`compact`) when it grows, so it stays small.
 
-(About 500 lines on purpose: the record format, the incremental reader and the overlay are one
-concept and change together.)
+(About 600 lines on purpose: the record format, the incremental reader and the overlay and its
+extension are one concept and change together.)
 """
 
 from __future__ import annotations
