@@ -18,12 +18,14 @@ Every reader (`Searcher`, in any process) lays the records over the version it l
 (`Overlay`): the records the version already holds are skipped (a memory change whose `seq` is
 at most the manifest's `journal_seq`; a transcript turn the version indexes), and for the rest
 the latest record of each memory wins: its published row is hidden, a `put` is searched beside
-the published rows. Readers notice a new record by the file's size (one `stat` per search) and
-read only the new lines. Writers rewrite the file without what the published version holds
-(`compact`) when it grows, so it stays small.
+the published rows. Readers notice a new record by the file's size (one `stat` per search),
+read only the new lines and lay only them over a copy of the overlay they hold
+(`extend_overlay`); a rewritten file, a new version, or a record that changes a memory already
+laid makes them build it from scratch. Writers rewrite the file without what the published
+version holds (`compact`) when it grows, so it stays small.
 
-(About 500 lines on purpose: the record format, the incremental reader and the overlay are one
-concept and change together.)
+(About 600 lines on purpose: the record format, the incremental reader and the overlay and its
+extension are one concept and change together.)
 """
 
 from __future__ import annotations
@@ -143,10 +145,18 @@ class DeltaFile:
         self._identity: tuple[int, int] | None = None
         #: Changes whenever the records change (a new line, a rewrite).
         self.generation = 0
+        #: Changes when the records are read again from the start (a rewrite, a lost file):
+        #: within one epoch a later record list only adds records at its end.
+        self.epoch = 0
         self._lock = threading.Lock()
 
     def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
         """(generation, records) as the file stands now."""
+        _, generation, records = self.read()
+        return generation, records
+
+    def read(self) -> tuple[int, int, list[dict[str, Any]]]:
+        """(epoch, generation, records) as the file stands now."""
         import json
 
         with self._lock:
@@ -156,11 +166,13 @@ class DeltaFile:
                 if self._records or self._identity is not None:
                     self._records, self._offset, self._identity = [], 0, None
                     self.generation += 1
-                return self.generation, self._records
+                    self.epoch += 1
+                return self.epoch, self.generation, self._records
             identity = (info.st_dev, info.st_ino)
             if identity != self._identity or info.st_size < self._offset:
                 self._records, self._offset, self._identity = [], 0, identity
                 self.generation += 1
+                self.epoch += 1
             if info.st_size > self._offset:
                 with open(self.path, "rb") as handle:
                     handle.seek(self._offset)
@@ -171,7 +183,7 @@ class DeltaFile:
                     self._records = [*self._records, *fresh]
                     self._offset += end
                     self.generation += 1
-            return self.generation, self._records
+            return self.epoch, self.generation, self._records
 
 
 _files: dict[Path, DeltaFile] = {}
@@ -231,9 +243,34 @@ class Overlay:
     _terms: list[Counter[str]] = field(default_factory=list)
     _lengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _document_frequency: Counter[str] = field(default_factory=Counter)
+    _indexed_turns: _IndexedTurns | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def copy(self) -> Overlay:
+        """A copy to extend: its containers are new, the rows and memories in them shared (an
+        overlay is never changed once built, so readers in other threads may keep using it)."""
+        return Overlay(
+            rows=list(self.rows),
+            vectors=self.vectors,
+            memories=dict(self.memories),
+            hidden=set(self.hidden),
+            dead=set(self.dead),
+            alive=set(self.alive),
+            superseded=dict(self.superseded),
+            released=set(self.released),
+            facts_of=dict(self.facts_of),
+            changes=list(self.changes),
+            seq=self.seq,
+            users=set(self.users),
+            kinds=set(self.kinds),
+            hidden_rows=self.hidden_rows,
+            _terms=list(self._terms),
+            _lengths=self._lengths,
+            _document_frequency=Counter(self._document_frequency),
+            _indexed_turns=self._indexed_turns,
+        )
 
     # ----------------------------------------------------------------- filtering
 
@@ -323,15 +360,31 @@ def build_overlay(
 
     `embed` re-embeds rows whose stored vector came from another model than the version's.
     """
-    overlay = Overlay()
+    overlay = extend_overlay(Overlay(), index, records, embed)
+    assert overlay is not None  # an empty overlay has no memory a record could lay again
+    return overlay
+
+
+def extend_overlay(
+    base: Overlay,
+    index: PublishedIndex,
+    records: Iterable[Mapping[str, Any]],
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+) -> Overlay | None:
+    """`base` (built over `index`) with `records`, the ones appended to the delta since, laid
+    over it too: a new overlay that answers exactly as `build_overlay` over all the records
+    would, at the cost of the new records only. None when a new record changes a memory `base`
+    already laid (its row's place and the sets drawn from it would move): rebuild then."""
+    overlay = base.copy()
     model = f"{index.manifest['provider']}/{index.manifest['model']}"
     latest: dict[str, Mapping[str, Any]] = {}
-    indexed_turns = _IndexedTurns(index)
+    if overlay._indexed_turns is None:
+        overlay._indexed_turns = _IndexedTurns(index)
     for item in records:
         memory = item["memory"]
         overlay.seq = max(overlay.seq, int(item["seq"]))
         if memory.get("kind") == TURN_KIND:
-            if indexed_turns.holds(memory.get("path"), memory.get("turn_id")):
+            if overlay._indexed_turns.holds(memory.get("path"), memory.get("turn_id")):
                 continue
         elif int(item["seq"]) <= index.journal_seq:
             continue
@@ -348,9 +401,14 @@ def build_overlay(
                 )
             )
         if item["op"] in ("put", "drop"):
+            if memory["id"] in base.hidden:
+                return None
             latest[memory["id"]] = item
+    start = len(overlay.rows)
     vectors: list[np.ndarray | None] = []
     stale: list[int] = []
+    superseded: set[str] = set()
+    released: set[str] = set()
     for memory_id, item in latest.items():
         memory = item["memory"]
         overlay.hidden.add(memory_id)
@@ -362,12 +420,13 @@ def build_overlay(
             if memory.get("kind") == "fact" and item["event"] in SUPERSEDING_EVENTS:
                 for episode in sources:
                     overlay.superseded[episode] = item.get("by")
+                    superseded.add(episode)
             continue
         overlay.alive.add(memory_id)
         if memory.get("kind") == "fact":
-            overlay.released.update(sources)
-            for episode in sources:
-                overlay.facts_of.setdefault(episode, []).append(memory_id)
+            released.update(sources)
+            for episode in sources:  # a new list: `base` keeps its own
+                overlay.facts_of[episode] = [*overlay.facts_of.get(episode, []), memory_id]
         search = item.get("search")
         if search is None:
             continue
@@ -377,46 +436,53 @@ def build_overlay(
         if vector is None:
             stale.append(len(vectors))
         vectors.append(vector)
-    overlay.released -= set(overlay.superseded)
-    _vectors(overlay, vectors, stale, index, embed)
-    _text_statistics(overlay)
-    overlay.hidden_rows = np.asarray(
-        sorted(row for row in (index.row_of(i) for i in overlay.hidden) if row is not None),
-        dtype=np.int64,
+    # Episodes of active facts, less every superseded one (old and new alike).
+    overlay.released = (overlay.released - superseded) | (released - overlay.superseded.keys())
+    _vectors(overlay, start, vectors, stale, index, embed)
+    _text_statistics(overlay, start)
+    fresh_rows = [row for row in (index.row_of(i) for i in latest) if row is not None]
+    overlay.hidden_rows = np.sort(
+        np.concatenate([overlay.hidden_rows, np.asarray(fresh_rows, dtype=np.int64)])
     )
     return overlay
 
 
 def _vectors(
     overlay: Overlay,
+    start: int,
     vectors: list[np.ndarray | None],
     stale: list[int],
     index: PublishedIndex,
     embed: Callable[[list[str]], np.ndarray] | None,
 ) -> None:
+    """Append the vectors of the rows from `start` on (`vectors`, None where `stale`)."""
     dims = int(index.manifest["dims"])
     if stale:
-        texts = [overlay.rows[i]["search_text"] for i in stale]
+        texts = [overlay.rows[start + i]["search_text"] for i in stale]
         fresh = embed(texts) if embed is not None and dims else np.zeros((len(texts), dims))
         for position, vector in zip(stale, fresh, strict=True):
             vectors[position] = vector
-    overlay.vectors = (
+    added = (
         np.vstack([np.asarray(v, dtype=np.float32) for v in vectors])
         if vectors
         else np.zeros((0, dims), dtype=np.float32)
     )
+    overlay.vectors = np.vstack([overlay.vectors, added]) if start else added
 
 
-#: The BM25 terms of delta rows already seen (an overlay is rebuilt after every live write; a
-#: row's terms never change), keyed by what `bm25_documents` reads. Cleared when it grows large.
+#: The BM25 terms of delta rows already seen (an overlay is rebuilt from scratch after a
+#: compaction or a new version; a row's terms never change), keyed by what `bm25_documents`
+#: reads. Cleared when it grows large.
 _terms_seen: dict[tuple[str, Any, str], Counter[str]] = {}
 _TERMS_SEEN_LIMIT = 200_000
 
 
-def _text_statistics(overlay: Overlay) -> None:
-    if not overlay.rows:
+def _text_statistics(overlay: Overlay, start: int) -> None:
+    """Append the BM25 terms and lengths of the rows from `start` on, count their terms."""
+    rows = overlay.rows[start:]
+    if not rows:
         return
-    keys = [(r["search_text"], _time(r["event_time"]), r["kind"]) for r in overlay.rows]
+    keys = [(r["search_text"], _time(r["event_time"]), r["kind"]) for r in rows]
     missing = list(dict.fromkeys(k for k in keys if k not in _terms_seen))
     if missing:
         frame = pl.DataFrame(
@@ -435,10 +501,12 @@ def _text_statistics(overlay: Overlay) -> None:
             _terms_seen.clear()
         for key, doc in zip(missing, bm25_documents(frame).to_list(), strict=True):
             _terms_seen[key] = Counter(tokenize(doc))
-    overlay._terms = [_terms_seen[k] for k in keys]
-    overlay._lengths = np.asarray([sum(t.values()) for t in overlay._terms], dtype=np.float32)
-    for terms in overlay._terms:
-        overlay._document_frequency.update(terms.keys())
+    terms = [_terms_seen[k] for k in keys]
+    overlay._terms.extend(terms)
+    lengths = np.asarray([sum(t.values()) for t in terms], dtype=np.float32)
+    overlay._lengths = np.concatenate([overlay._lengths.astype(np.float32), lengths])
+    for counted in terms:
+        overlay._document_frequency.update(counted.keys())
 
 
 class _IndexedTurns:
@@ -461,7 +529,18 @@ class _IndexedTurns:
         return turn_id in turns
 
 
-_overlays: dict[tuple[str, str, int], Overlay] = {}
+@dataclass
+class _Cached:
+    """A process's latest overlay of one delta file: over which version, from which records."""
+
+    version: str
+    epoch: int
+    generation: int
+    count: int
+    overlay: Overlay
+
+
+_overlays: dict[str, _Cached] = {}
 _overlays_lock = threading.Lock()
 
 
@@ -470,18 +549,23 @@ def current_overlay(
     index_dir: Path,
     embed: Callable[[list[str]], np.ndarray] | None = None,
 ) -> Overlay:
-    """The delta laid over `index` as it stands now (rebuilt only when the file changed)."""
-    generation, records = delta_file(index_dir).snapshot()
-    key = (str(Path(index_dir).resolve()), index.folder.name, generation)
+    """The delta laid over `index` as it stands now: the overlay of the last call when the file
+    did not change, extended by the records appended since when it grew, rebuilt from scratch
+    when it was rewritten (`compact`, a lost file) or `index` is another version."""
+    epoch, generation, records = delta_file(index_dir).read()
+    folder = str(Path(index_dir).resolve())
     with _overlays_lock:
-        overlay = _overlays.get(key)
+        cached = _overlays.get(folder)
+    if cached is not None and (cached.version, cached.epoch) == (index.folder.name, epoch):
+        if cached.generation == generation:
+            return cached.overlay
+        overlay = extend_overlay(cached.overlay, index, records[cached.count :], embed)
+    else:
+        overlay = None
     if overlay is None:
         overlay = build_overlay(index, records, embed)
-        with _overlays_lock:
-            stale = [k for k in _overlays if k[0] == key[0]]
-            for old in stale:
-                del _overlays[old]
-            _overlays[key] = overlay
+    with _overlays_lock:
+        _overlays[folder] = _Cached(index.folder.name, epoch, generation, len(records), overlay)
     return overlay
 
 
