@@ -1,4 +1,4 @@
-"""The LoCoMo evaluation per retrieval stage: what each stage of `retrieval.py` adds or costs.
+"""The LoCoMo evaluation per retrieval stage: what each stage of `read/retriever.py` adds or costs.
 
 The corpus is ingested once (as `memory-dag eval locomo` does, with its workspace writer,
 questions and turn-level recall), then every question is asked through the retrieval

@@ -1,7 +1,11 @@
 """Hybrid search over the published index: vector + BM25 candidates, fused, filtered, ranked.
 
 The read path never opens the DuckDB file: it reads the last published index version
-(`index_files.py`), so a search during a running pipeline neither waits nor fails.
+(`published.py`), so a search during a running pipeline neither waits nor fails.
+
+Why one module of ~650 lines: `Searcher` is the hot path; its candidate, fusion and boost stages
+share its cached arrays and stay beside it so a search reads top to bottom (the later read
+stages are in `read/`).
 """
 
 from __future__ import annotations

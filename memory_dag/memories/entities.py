@@ -30,6 +30,9 @@ organisation-suffix run 0.7, plain capitalised run 0.5 (0.4 when sentence-initia
 
 Kept as one module (~560 lines): one extractor; most of it is pattern tables (dates, names,
 cues) and the spaCy bridge, which must agree on one output type.
+
+Why one module of ~640 lines: most of it is the `fast` extractor's patterns and cue lists, whose
+order matters; resolution sits beside them because it compares the canonical names they make.
 """
 
 from __future__ import annotations

@@ -56,6 +56,9 @@ are ADDed, and any `LLMError` falls back to ADDing every new fact (seed 000 §4.
 Kept as one module (~610 lines): the rules reconciler and the LLM one return the same
 decisions and share the fact-structure parser (subject, predicate, object) that tells an
 UPDATE from an ADD; a third of the module is that parser's pattern table.
+
+Why one module of ~610 lines: the rule decisions, the fact parser they rest on and the LLM's
+enumeration answer one question with one `Decision` vocabulary; the parser serves nothing else.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ before the store is opened, so its LLM latency does not hold DuckDB's write lock
 Kept as one module (~680 lines): one run, read -> extract -> reconcile -> write per batch of
 sessions, live and closing alike; the sessions themselves are in `sessions.py`, the consent
 gate that holds changes of user-context fields in `consent.py`.
+
+Why one module of ~690 lines: per-turn writes, session consolidation and pending entity links
+are the three steps of one flow over one `TurnWriter` and its session marks.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ first), so a transaction always sees its own writes.
   be defined in `categories.yaml` (`scope.check_category`).
 * `now` fixes the writer's clock (the maintenance jobs' and the tests' clocks); each stamp is a
   microsecond after the previous one, so rows written in one transaction keep their order.
+
+Why one module of ~530 lines: it is `MemoryWriter`'s one public surface; its parts already live
+with their concepts (`history.py`, `change_log.py`, `embed/cache.py`, `entity_links.py`,
+`relations.py`); what stays is the buffered bulk write every call shares.
 """
 
 from __future__ import annotations

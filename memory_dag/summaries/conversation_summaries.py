@@ -30,6 +30,9 @@ between the two, holding no connection meanwhile (it may call an LLM for minutes
 
 Kept as one module (~640 lines): gathering a conversation's input, writing its tree in one
 transaction and reading it back share one row layout; split, it would be spread over files.
+
+Why one module of ~600 lines: gathering a conversation's input and writing its tree share the row
+shapes, ids and provenance; the summarizer itself is `summarizer.py`.
 """
 
 from __future__ import annotations

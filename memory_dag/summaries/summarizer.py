@@ -14,6 +14,9 @@ shape and compression metrics stay real when the pipeline runs offline. Errors f
 
 Kept as one module (~620 lines): seed 001's summarizer is one algorithm; level choice,
 chunking, middle truncation and the LLM and extractive engines share its budgets and units.
+
+Why one module of ~660 lines: seed 001's summarizer as one unit, as the seed describes it: level
+choice, chunking, truncation and its two engines (LLM and extractive) behind one protocol.
 """
 
 from __future__ import annotations
