@@ -1,7 +1,8 @@
 """Throughput of the sharded deployment with 1 and 2 Celery workers over the same 8 shards,
 the nightly maintenance time per shard, and the routed search latency.
 
-    python benchmarks/scale.py [--users-per-shard 12] [--sessions 4] [--turns 60] [--out FILE]
+    python benchmarks/scale.py [--users-per-shard 12] [--sessions 4] [--turns 60]
+                               [--cores-per-worker 1] [--out FILE]
 
 For each worker count: a fresh PostgreSQL + Redis (deploy/local/start.sh), a fresh Dagster
 instance (deploy/local/dagster.yaml, `max_concurrent_runs` = workers), the daemon and the
@@ -11,10 +12,15 @@ run succeeded (the whole ingest job: files, chunks, facts, entities, the shard's
 summaries, embeddings, indexes, with every check).
 Then one `maintenance_job` run per shard is submitted (`dagster job launch`, all at once; the
 queue runs as many at a time as there are workers); each run's duration and the span from the
-first start to the last end are read from the instance. Search:
-`memory_dag.search` on the shard `settings_for(user)` routes to, 200 queries over random users
-(the service of issue 16 is not on this branch: the library's routed call is what it calls).
-Requires PostgreSQL and redis-server (apt-get install postgresql redis-server).
+first start to the last end are read from the instance.
+
+Each worker is held to its own `--cores-per-worker` cores (`taskset`; worker i gets cores
+i*c .. i*c+c-1), as one worker machine or one pod with a CPU limit would be: the speed-up of 2
+workers over 1 is then what a second worker adds, not what one run's threads already took of
+an idle machine (with 0, workers are not pinned and one run uses every core).
+Search: `POST /v1/memories/search` through `memory-dag serve` (its own process, routing each
+request to the user's shard), 200 queries over random users; and the library's routed call
+for comparison. Requires PostgreSQL and redis-server (apt-get install postgresql redis-server).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -83,6 +90,15 @@ def run_seconds(instance: dg.DagsterInstance, run_id: str) -> float:
     return float(record.end_time - record.start_time)
 
 
+def worker_cores(number: int, args: argparse.Namespace) -> set[int] | None:
+    """The cores worker `number` is held to (None: not pinned)."""
+    per = args.cores_per_worker
+    if not per:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    return {cores[(number * per + k) % len(cores)] for k in range(per)}
+
+
 def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: Path) -> dict:
     """Ingest the corpus with `workers` Celery workers; then the nightly job of every shard."""
     folder = root / f"workers-{workers}"
@@ -101,7 +117,7 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
     result: dict = {"workers": workers}
     try:
         for number in range(workers):
-            processes.celery_worker(f"worker{number + 1}")
+            processes.celery_worker(f"worker{number + 1}", worker_cores(number, args))
         started = time.monotonic()
         processes.daemon()
         with dg.DagsterInstance.get() as instance:
@@ -169,6 +185,65 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
     return result
 
 
+def service_search_latency(data: Path, names: list[str], queries: int = 200) -> dict:
+    """Search through `memory-dag serve` over the 8 shards: each request names a random user
+    (and that user's conversation); the service routes it to the user's shard."""
+    import httpx
+
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "MEMORY_DAG_SHARDS": str(SHARDS),
+        "MEMORY_DAG_WORKSPACE": str(data / "workspace"),
+        "MEMORY_DAG_DB": str(data / "memory.duckdb"),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "memory_dag.cli.main", "serve", "--port", str(port)],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    rng = random.Random(0)
+    timings = []
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("memory-dag serve did not start")
+                time.sleep(0.2)
+            for number in range(queries + 40):
+                user = rng.choice(names)
+                topic = TOPICS[rng.randrange(len(TOPICS))][0]
+                body = {
+                    "query": f"what about {topic}",
+                    "user_id": user,
+                    "conversation_id": f"conv-{user}",
+                }
+                started = time.perf_counter()
+                response = client.post("/v1/memories/search", json=body)
+                elapsed = (time.perf_counter() - started) * 1000
+                if response.status_code != 200:
+                    raise RuntimeError(f"search failed: {response.status_code} {response.text}")
+                if number >= 40:  # the first requests load each shard's index
+                    timings.append(elapsed)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    timings.sort()
+    return {
+        "queries": queries,
+        "p50_ms": round(statistics.median(timings), 2),
+        "p95_ms": round(timings[int(0.95 * len(timings)) - 1], 2),
+    }
+
+
 def search_latency(data: Path, names: list[str], queries: int = 200) -> dict:
     """Routed search: each query goes to the shard of a random user, scoped to that user."""
     os.environ["MEMORY_DAG_SHARDS"] = str(SHARDS)
@@ -197,6 +272,12 @@ def main() -> int:
     parser.add_argument("--users-per-shard", type=int, default=12)
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--turns", type=int, default=60, help="turns per session")
+    parser.add_argument(
+        "--cores-per-worker",
+        type=int,
+        default=1,
+        help="cores each Celery worker is held to (taskset); 0: not pinned",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     reason = missing_binaries()
@@ -208,12 +289,14 @@ def main() -> int:
     load = os.getloadavg()
     results = [one_setting(workers, names, args, root) for workers in (1, 2)]
     latency = search_latency(Path(results[-1]["data"]), names)
+    served = service_search_latency(Path(results[-1]["data"]), names)
     one, two = results
     lines = [
         f"benchmarks/scale.py  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "
         f"load average at start {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}  (2 cores)",
         f"corpus: {len(names)} users over {SHARDS} shards, {one['turns']} turns "
-        f"({args.sessions} sessions x {args.turns} turns a user)",
+        f"({args.sessions} sessions x {args.turns} turns a user); each worker held to "
+        + (f"{args.cores_per_worker} core(s) (taskset)" if args.cores_per_worker else "no core"),
         "",
         "| workers | ingest, all 8 shards (s) | turns/s | ingest run per shard (s, min-max) "
         "| nightly, all 8 shards (s) | nightly run per shard (s, min / median / max) |",
@@ -233,6 +316,8 @@ def main() -> int:
         f"store {two['store_bytes_per_turn']} B a turn, published index "
         f"{two['index_bytes_per_turn']} B a turn (8 shards, every table and index version "
         f"file); {two['events_per_run']} Dagster events a run over {two['runs']} runs",
+        f"search through `memory-dag serve` (8 shards, routed by user): p50 {served['p50_ms']} "
+        f"ms, p95 {served['p95_ms']} ms over {served['queries']} requests",
         f"routed search (library, 8 shards): p50 {latency['p50_ms']} ms, p95 {latency['p95_ms']} "
         f"ms over {latency['queries']} queries",
     ]

@@ -58,6 +58,20 @@ def default_lock_timeout() -> float:
         return DEFAULT_LOCK_TIMEOUT
 
 
+def pinned_cores() -> int | None:
+    """The cores this process may run on, when it is held to fewer than the machine has.
+
+    DuckDB sizes its thread pool by the machine, not by the process's CPU set: a worker pinned to
+    one core (`taskset`, a container's cpuset, one Celery worker per core in a sharded
+    deployment) would run two threads on it. FAISS and OpenBLAS already follow the CPU set.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return None
+    return cores if cores < (os.cpu_count() or cores) else None
+
+
 def connect(
     db_path: str | Path, *, read_only: bool = False, lock_timeout: float | None = None
 ) -> duckdb.DuckDBPyConnection:
@@ -90,6 +104,9 @@ def connect(
             delay = min(delay * 2, 1.0)
     # DuckDB would take up to 80% of the machine's memory before spilling to disk.
     con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+    cores = pinned_cores()
+    if cores is not None:
+        con.execute(f"SET threads = {cores}")
     if not read_only:
         migrate(con)
     return con

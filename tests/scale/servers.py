@@ -93,11 +93,17 @@ class Processes:
         self.started.append(process)
         return process
 
-    def celery_worker(self, name: str) -> subprocess.Popen:
-        """One Celery worker with one process: it runs one Dagster run (one shard) at a time."""
+    def celery_worker(self, name: str, cores: set[int] | None = None) -> subprocess.Popen:
+        """One Celery worker with one process: it runs one Dagster run (one shard) at a time.
+
+        `cores` holds it (and the runs it starts) to those cores, as a worker machine or a pod's
+        CPU limit would: every pool inside a run sizes itself by them.
+        """
+        pin = ["taskset", "-c", ",".join(map(str, sorted(cores)))] if cores else []
         return self.start(
             name,
-            [
+            pin
+            + [
                 str(BIN / "celery"),
                 "-A",
                 "dagster_celery.app",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -101,3 +102,32 @@ def test_non_lock_errors_are_not_retried(tmp_path: Path) -> None:
     with pytest.raises(duckdb.Error):
         connect(not_a_db, lock_timeout=30)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2, reason="needs 2 cores"
+)
+def test_a_process_pinned_to_one_core_runs_duckdb_on_one_thread(tmp_path: Path) -> None:
+    """A shard's worker held to one core (taskset, a cpuset) must not run DuckDB's default
+    pool of one thread per machine core on it; an unpinned process keeps DuckDB's default."""
+    script = (
+        "import os, sys\n"
+        "from memory_dag.store.connection import connect\n"
+        "if sys.argv[2] == 'pinned':\n"
+        "    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+        "con = connect(sys.argv[1])\n"
+        "print(con.execute(\"SELECT current_setting('threads')\").fetchone()[0])\n"
+    )
+    threads = {}
+    for mode in ("pinned", "free"):
+        db = tmp_path / f"{mode}.duckdb"
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(db), mode], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        threads[mode] = int(done.stdout.strip())
+    assert threads["pinned"] == 1
+    assert (
+        threads["free"]
+        == duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    )
