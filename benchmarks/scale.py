@@ -57,7 +57,9 @@ from tests.scale.servers import (  # noqa: E402
     start_servers,
     stop_servers,
 )
+from tests.scale.test_distributed import reference_store, run_intervals  # noqa: E402
 from tests.scale.test_shard_assets import settle  # noqa: E402
+from tests.store_snapshot import differences  # noqa: E402
 
 SHARDS = 8
 
@@ -88,6 +90,36 @@ def sizes(settings: Settings, turns: int) -> dict[str, float]:
 def run_seconds(instance: dg.DagsterInstance, run_id: str) -> float:
     record = instance.get_run_record_by_id(run_id)
     return float(record.end_time - record.start_time)
+
+
+def shards_differing(settings: Settings, folder: Path) -> list[str]:
+    """The shards whose store differs (any table, row counts and content) from a single store
+    built by the library from the same users' files (the scale test's check, at this size)."""
+    differing = []
+    for number, shard in enumerate(all_shard_settings(settings)):
+        reference = reference_store(shard, folder / f"single-{number}")
+        if differences(Path(shard.db_path), reference):
+            differing.append(shard_key(number))
+    return differing
+
+
+def run_checks(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> dict:
+    """From the event log: failed runs, lock errors, and overlapping runs of one shard."""
+    failed = sum(run.status != dg.DagsterRunStatus.SUCCESS for run in runs)
+    lock_errors = sum(
+        "lock" in str(event.message).lower() and "conflicting" in str(event.message).lower()
+        for run in runs
+        for event in instance.all_logs(run.run_id)
+        if event.message
+    )
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for run in runs:
+        spans.setdefault(run.tags[SHARD_TAG], []).append(run_intervals(instance, run.run_id))
+    overlaps = 0
+    for shard_spans in spans.values():
+        shard_spans.sort()
+        overlaps += sum(b[0] < a[1] for a, b in zip(shard_spans, shard_spans[1:], strict=False))
+    return {"failed_runs": failed, "lock_errors": lock_errors, "same_shard_overlaps": overlaps}
 
 
 def worker_cores(number: int, args: argparse.Namespace) -> set[int] | None:
@@ -138,6 +170,8 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
             settings = Settings.load()
             result["turns"] = episodes(settings)
             result["turns_per_second"] = round(result["turns"] / result["ingest_seconds"], 1)
+            if args.verify:
+                result["shards_differing"] = shards_differing(settings, folder)
 
             # Nightly maintenance: one run per shard through the queue, submitted together.
             launches = []
@@ -169,6 +203,8 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
                 round(run_seconds(instance, r.run_id), 1) for r in nightly
             )
             runs = instance.get_runs()
+            if args.verify:
+                result.update(run_checks(instance, runs))
             events = sum(len(instance.all_logs(run.run_id)) for run in runs)
             result["runs"] = len(runs)
             result["events_per_run"] = round(events / len(runs), 1)
@@ -278,6 +314,15 @@ def main() -> int:
         default=1,
         help="cores each Celery worker is held to (taskset); 0: not pinned",
     )
+    parser.add_argument(
+        "--workers", default="1,2", help="worker counts to measure, comma-separated (1,2)"
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="compare every shard with a single store of its users; count failed runs, lock "
+        "errors and overlapping runs of one shard (the scale test's checks, at this size)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     reason = missing_binaries()
@@ -287,14 +332,16 @@ def main() -> int:
     names = users_covering(SHARDS, args.users_per_shard)
     root = Path(tempfile.mkdtemp(prefix="memory-dag-scale-"))
     load = os.getloadavg()
-    results = [one_setting(workers, names, args, root) for workers in (1, 2)]
+    counts = [int(count) for count in args.workers.split(",")]
+    results = [one_setting(workers, names, args, root) for workers in counts]
     latency = search_latency(Path(results[-1]["data"]), names)
     served = service_search_latency(Path(results[-1]["data"]), names)
-    one, two = results
+    by_workers = {result["workers"]: result for result in results}
+    last = results[-1]
     lines = [
         f"benchmarks/scale.py  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "
         f"load average at start {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}  (2 cores)",
-        f"corpus: {len(names)} users over {SHARDS} shards, {one['turns']} turns "
+        f"corpus: {len(names)} users over {SHARDS} shards, {last['turns']} turns "
         f"({args.sessions} sessions x {args.turns} turns a user); each worker held to "
         + (f"{args.cores_per_worker} core(s) (taskset)" if args.cores_per_worker else "no core"),
         "",
@@ -309,13 +356,25 @@ def main() -> int:
             f"| {runs[0]}-{runs[-1]} | {result['nightly_all_shards_seconds']} "
             f"| {nights[0]} / {statistics.median(nights):.1f} / {nights[-1]} |"
         )
+    lines.append("")
+    if 1 in by_workers and 2 in by_workers:
+        one, two = by_workers[1], by_workers[2]
+        lines.append(
+            f"speed-up with 2 workers: ingest {one['ingest_seconds'] / two['ingest_seconds']:.2f}x"
+            f", nightly "
+            f"{one['nightly_all_shards_seconds'] / two['nightly_all_shards_seconds']:.2f}x"
+        )
+    for result in results if args.verify else []:
+        lines.append(
+            f"checks, {result['workers']} worker(s): shards differing from a single store of "
+            f"their users {len(result['shards_differing'])} {result['shards_differing']}, "
+            f"failed runs {result['failed_runs']}, lock errors {result['lock_errors']}, "
+            f"overlapping runs of one shard {result['same_shard_overlaps']}"
+        )
     lines += [
-        "",
-        f"speed-up with 2 workers: ingest {one['ingest_seconds'] / two['ingest_seconds']:.2f}x, "
-        f"nightly {one['nightly_all_shards_seconds'] / two['nightly_all_shards_seconds']:.2f}x",
-        f"store {two['store_bytes_per_turn']} B a turn, published index "
-        f"{two['index_bytes_per_turn']} B a turn (8 shards, every table and index version "
-        f"file); {two['events_per_run']} Dagster events a run over {two['runs']} runs",
+        f"store {last['store_bytes_per_turn']} B a turn, published index "
+        f"{last['index_bytes_per_turn']} B a turn (8 shards, every table and index version "
+        f"file); {last['events_per_run']} Dagster events a run over {last['runs']} runs",
         f"search through `memory-dag serve` (8 shards, routed by user): p50 {served['p50_ms']} "
         f"ms, p95 {served['p95_ms']} ms over {served['queries']} requests",
         f"routed search (library, 8 shards): p50 {latency['p50_ms']} ms, p95 {latency['p95_ms']} "
