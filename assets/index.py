@@ -49,10 +49,27 @@ def indexes(
         force=config.force,
         search_index=SEARCH_INDEX in selected,
         fts=CHUNKS_FTS in selected,
+        settle=runs_every_stage(context),
     ):
         log_report(context, report, echo=memory.progress)
         # The stages are named after their assets: "search_index", "chunks_fts".
         yield dg.MaterializeResult(asset_key=report.stage, metadata=report_metadata(report))
+
+
+#: The stages a run must hold for its index step to settle the graph (`graph_state`); the
+#: summaries are asked for only when conversations changed, so they may be left out.
+WHOLE_GRAPH = {
+    dg.AssetKey(name)
+    for name in ("workspace_files", "chunks", "facts", "entities", "chunk_embeddings")
+} | {SEARCH_INDEX, CHUNKS_FTS}
+
+
+def runs_every_stage(context: dg.AssetExecutionContext) -> bool:
+    """The run materializes every stage (a run of one stage from the UI settles nothing)."""
+    selected = context.run.asset_selection or (
+        context.job_def.asset_layer.asset_graph.executable_asset_keys
+    )
+    return set(selected) >= WHOLE_GRAPH
 
 
 INDEX_ASSETS = [indexes]

@@ -170,11 +170,14 @@ def _ingest_with_dagster(
             raise_on_error=True,
         )
     stages: dict[str, Any] = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.materialization
-        name = materialization.asset_key.to_user_string()
+    # A first step that found nothing to do observes instead (the later steps were skipped).
+    recorded = [event.asset_observation_data.asset_observation for event in result.all_events
+                if event.event_type_value == "ASSET_OBSERVATION"]  # fmt: skip
+    recorded += [event.materialization for event in result.get_asset_materialization_events()]
+    for record in recorded:
+        name = record.asset_key.to_user_string()
         if name not in stages:  # the summaries step has one materialization per partition
-            stages[name] = {k: _metadata_value(v) for k, v in materialization.metadata.items()}
+            stages[name] = {k: _metadata_value(v) for k, v in record.metadata.items()}
     for evaluation in result.get_asset_check_evaluations():
         stages.setdefault("checks", {})[evaluation.check_name] = (
             "passed" if evaluation.passed else "FAILED"

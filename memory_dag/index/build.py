@@ -187,7 +187,12 @@ def refresh_search_index(settings: Settings) -> list[StageReport]:
 
 
 def build_indexes(
-    settings: Settings, *, force: bool = False, search_index: bool = True, fts: bool = True
+    settings: Settings,
+    *,
+    force: bool = False,
+    search_index: bool = True,
+    fts: bool = True,
+    settle: bool = False,
 ) -> Iterator[StageReport]:
     """The search index and DuckDB's FTS index, built side by side; reports as they finish.
 
@@ -196,7 +201,14 @@ def build_indexes(
     the other). The FTS build runs at a lower priority, so that the search index, which agents
     are waiting for, is published about as soon as when it is built alone. The search index is
     reported first; a failure of one build does not stop the other.
+
+    `settle`: this is the last stage of a run of every stage; when both builds succeed and
+    nothing wrote the store meanwhile, record that the graph settled (`graph_state`), so the
+    next run with nothing new skips every stage after the files.
     """
+    from memory_dag.graph_state import record_settled, settle_token
+
+    token = settle_token(settings) if settle and search_index and fts else None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fts-build") as threads:
         fts_build = (
             threads.submit(build_fts_index, settings, force=force, background=True) if fts else None
@@ -205,6 +217,8 @@ def build_indexes(
             yield build_search_index(settings, force=force)
         if fts_build is not None:
             yield fts_build.result()
+    if token is not None:
+        record_settled(settings, token)
 
 
 #: Nice value of the FTS build beside the search index: it takes a smaller share of a busy
