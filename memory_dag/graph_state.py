@@ -12,10 +12,10 @@ journal and nothing is forced, nothing downstream has anything to do.
 The version is cheap (a few aggregates): the files the store read (path and content hash), the
 memories (count, soft-deletions, newest creation), every write's `history` row, the entities
 and their links, the chunks and cached embeddings (counts), the sessions and their
-consolidation, the folded journal position and the embedding model. A write by anything else (a maintenance job, a stage run alone from the UI, a crash
-half-way through a run) changes it, so the next run runs every stage again (each is
-incremental). The settled record is taken before the index builds and written after them only
-if the store did not change meanwhile.
+consolidation, the folded journal position and the embedding model. A write by anything else
+(a maintenance job, a stage run alone from the UI, a crash half-way through a run) changes it,
+so the next run runs every stage again (each is incremental). The settled record is taken
+before the index builds and written after them only if the store did not change meanwhile.
 """
 
 from __future__ import annotations
