@@ -10,7 +10,6 @@ from assets.embed import chunk_embeddings
 from assets.ingest import chunks
 from assets.metadata import log_report, report_metadata
 from assets.resources import MemoryStoreResource, RebuildConfig
-from memory_dag.index.build import build_indexes
 
 #: The two indexes, materialized by one step (`indexes`) that builds them at the same time.
 SEARCH_INDEX = dg.AssetKey("search_index")
@@ -43,6 +42,8 @@ def indexes(
     context: dg.AssetExecutionContext, config: RebuildConfig, memory: MemoryStoreResource
 ) -> Iterator[dg.MaterializeResult]:
     """Both indexes in one step, built side by side (`build_indexes`)."""
+    from memory_dag.index.build import build_indexes  # FAISS, SciPy: when the step runs
+
     selected = context.selected_asset_keys
     for report in build_indexes(
         memory.settings(),

@@ -11,7 +11,6 @@ import dagster as dg
 from assets.metadata import log_report, materialize_result, report_metadata
 from assets.resources import MemoryStoreResource, RebuildConfig
 from memory_dag.graph_state import NOTHING_DUE, work_due
-from memory_dag.ingest.chunks import build_chunks
 from memory_dag.ingest.files import sync_files
 
 
@@ -49,6 +48,8 @@ def chunks(
     context: dg.AssetExecutionContext, config: RebuildConfig, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:
     """Token-based chunks (400/80) of notes, and turn chunks of transcripts, in `chunks`."""
+    from memory_dag.ingest.chunks import build_chunks  # Polars, tiktoken: when the step runs
+
     report = build_chunks(memory.settings(), force=config.force)
     return materialize_result(context, report, echo=memory.progress)
 

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from memory_dag.config import Settings
-from memory_dag.embed.providers import get_provider
 from memory_dag.ids import digest
-from memory_dag.index.published import read_manifest
 from memory_dag.memories.journal import JOURNAL_SEQ_KEY, Journal
 from memory_dag.store.connection import get_meta, open_store, set_meta
 
@@ -64,12 +63,16 @@ class Due:
 
 def store_version(con: Any, settings: Settings) -> str:
     """A fingerprint of everything the graph's stages read and write (a few aggregates)."""
+    from memory_dag.embed.providers import get_provider  # NumPy: not before a run needs it
+
     row = con.execute(_VERSION_SQL, [JOURNAL_SEQ_KEY]).fetchone()
     provider = get_provider(settings)
     return digest(provider.name, provider.model, *(str(value) for value in row))
 
 
 def index_fingerprint(settings: Settings) -> str:
+    from memory_dag.index.published import read_manifest  # FAISS, Polars: imported late
+
     manifest = read_manifest(settings.index_dir)
     return "" if manifest is None else str(manifest.get("fingerprint", ""))
 
@@ -79,6 +82,9 @@ def work_due(settings: Settings, *, force: bool = False) -> Due:
     due = Due()
     if force:
         due.reasons.append("forced")
+    if not Path(settings.db_path).exists():
+        due.reasons.append("no store yet")
+        return due
     with open_store(settings.db_path, read_only=True) as con:
         raw = get_meta(con, SETTLED_KEY)
         version = store_version(con, settings)

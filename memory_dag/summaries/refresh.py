@@ -19,7 +19,7 @@ import duckdb
 
 from memory_dag import progress
 from memory_dag.config import Settings
-from memory_dag.ingest.watch import changed_conversations, scan_workspace
+from memory_dag.ingest.watch import WorkspaceChanges, changed_conversations, scan_workspace
 from memory_dag.parallel import process_map
 from memory_dag.reports import PREVIEW_ROWS, StageReport
 from memory_dag.store.connection import open_store
@@ -59,6 +59,11 @@ def conversations_due(settings: Settings) -> list[str]:
     """The conversations an ingest run must bring up to date, before it runs: those with files
     new, changed or deleted on disk since the store read them, and those whose files or facts
     changed after their last summarization (a run that stopped before its summaries)."""
+    return workspace_due(settings)[0]
+
+
+def workspace_due(settings: Settings) -> tuple[list[str], WorkspaceChanges]:
+    """`conversations_due`, and every file the store has not read yet (notes too)."""
     previous: dict[str, list] = {}
     stale: set[str] = set()
     if Path(settings.db_path).exists():
@@ -68,8 +73,13 @@ def conversations_due(settings: Settings) -> list[str]:
             ).fetchall():
                 previous[path] = [size, mtime, digest]
             stale = {row[0] for row in con.execute(_STALE_SQL).fetchall()}
-    changes, _ = scan_workspace(Path(settings.workspace), previous, debounce_seconds=0)
-    return sorted(set(changed_conversations(changes)) | stale)
+    changes, _ = scan_workspace(
+        Path(settings.workspace),
+        previous,
+        debounce_seconds=0,
+        extra_roots=settings.workspace_extra_roots,
+    )
+    return sorted(set(changed_conversations(changes)) | stale), changes
 
 
 def summarize_due(
