@@ -191,3 +191,56 @@ def _shown(partitions: list[str] | None) -> str:
     if len(partitions) <= 3:
         return ", ".join(partitions)
     return f"{len(partitions)} ({', '.join(sorted(partitions)[:3])}, …)"
+
+
+def main() -> None:
+    """The sensor path alone, on a generated workspace and a store already built from it:
+
+        python benchmarks/sensor_path.py --size 100000 --root /tmp/sensor-100k
+
+    writes the corpus (`whole_graph.py`'s generator, 500 turns a conversation) under
+    `ROOT/workspace` unless it is there, builds `ROOT/store` with `memory-dag ingest` (a run
+    with nothing to do when it is already built) and measures as `whole_graph.py
+    --sensor-size` does, with a fresh Dagster instance in `ROOT/dagster_home`.
+    """
+    import argparse
+    import shutil
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import ingest_search as corpus_generator
+    from whole_graph import fresh_dagster_home
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--turns-per-conversation", type=int, default=500)
+    args = parser.parse_args()
+    workspace = args.root / "workspace"
+    conversations = max(1, args.size // args.turns_per_conversation)
+    sentences, pairs, _ = corpus_generator.load_locomo(corpus_generator.LOCOMO_DIR)
+    if not workspace.exists():
+        corpus_generator.write_corpus(
+            workspace,
+            args.size,
+            sentences,
+            pairs,
+            0,
+            conversations=conversations,
+            turns_per_session=20,
+        )
+    width = max(2, len(str(conversations - 1)))
+    names = {
+        f"conv-{c:0{width}d}": pair
+        for c, pair in enumerate(corpus_generator.names_for(pairs, conversations))
+    }
+    target = sorted(names)[len(names) // 2]
+    home = args.root / "dagster_home"
+    shutil.rmtree(home, ignore_errors=True)
+    print(f"sensor path at {args.size:,} turns, load {os.getloadavg()}", flush=True)
+    result = measure(workspace, args.root / "store", names, target, fresh_dagster_home(args.root))
+    report(result)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

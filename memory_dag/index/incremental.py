@@ -14,8 +14,8 @@ filters; scores can differ slightly):
 - row order: appended rows come last, not in (conversation, path, line) order;
 - BM25: every posting's idf is recomputed for the new row count and document frequencies, but
   the length normalisation keeps the live version's mean document length;
-- IVF (above 20k rows): vectors are assigned to the live version's trained lists, not to
-  lists trained again.
+- IVF (above 20k rows): the new vectors go into the live version's trained lists (the
+  removed ones are taken out, the others keep their lists), not into lists trained again.
 `MAX_INCREMENTS` versions in a row are made this way at most; then, and for a large change, a
 forced run (`reindex_job`) or another model, the index is rebuilt.
 """
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -165,9 +166,7 @@ def publish_incremental(
         count = rows.num_rows
         faiss_type = index_type_for(count)
         if faiss_type == "ivf" and change.manifest.get("faiss_type") == "ivf":
-            index = load_faiss(base / "vectors.faiss")  # the live lists' training, kept
-            index.reset()
-            index.add(all_vectors)
+            index = _ivf_changed(base / "vectors.faiss", change.removed, keep, vectors)
         else:
             index = build_faiss(all_vectors)
         save_faiss(index, staging / "vectors.faiss")
@@ -201,6 +200,28 @@ def publish_incremental(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def _ivf_changed(
+    path: Path, removed: np.ndarray, keep: np.ndarray, added: np.ndarray
+) -> faiss.Index:
+    """The live IVF index with the removed rows taken out of their lists, every id renumbered
+    to the new row numbers, and the added vectors put in the live lists (no training, no
+    reassignment of the 100k vectors already there)."""
+    index = load_faiss(path)
+    if len(removed):
+        index.remove_ids(faiss.IDSelectorArray(np.ascontiguousarray(removed, dtype=np.int64)))
+    renumber = np.cumsum(keep) - 1
+    ivf = faiss.extract_index_ivf(index)
+    lists = ivf.invlists
+    for number in range(ivf.nlist):
+        size = lists.list_size(number)
+        if size:  # the list's ids, in place (ArrayInvertedLists: plain arrays)
+            ids = faiss.rev_swig_ptr(lists.get_ids(number), size)
+            ids[:] = renumber[ids]
+    kept = int(keep.sum())
+    index.add_with_ids(added, np.arange(kept, kept + len(added), dtype=np.int64))
+    return index
 
 
 def _text_index(

@@ -172,3 +172,42 @@ def test_a_failed_incremental_build_leaves_the_live_version(
     run_all(settings)  # the next run finishes the job
     assert "Pico" in search("zebra finch Pico", settings=settings, k=1, min_score=0.0,
                             conversation="conv-a")[0].snippet  # fmt: skip
+
+
+def test_ivf_lists_take_the_change_without_training_again(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, small_changes: None
+) -> None:
+    import faiss
+
+    from memory_dag.index import vector_index
+
+    monkeypatch.setattr(vector_index, "EXACT_MAX_VECTORS", 5)  # IVF from 6 rows on
+    write_jsonl(  # IVF trains 4 * sqrt(rows) lists: it needs at least as many rows
+        settings.workspace / "sessions" / "conv-b" / "s8.jsonl",
+        [{"role": "user", "content": f"Note {n}: the {n}th bird flew by.", "id": f"b{n}"}
+         for n in range(40)],
+    )  # fmt: skip
+    run_all(settings)
+    base = load_index(settings.index_dir)
+    assert base.manifest["faiss_type"] == "ivf"
+    new_session(settings)
+    (settings.workspace / "memory" / "garden.md").unlink()  # rows go too
+
+    run_all(settings)
+
+    index = load_index(settings.index_dir)
+    assert index.manifest["faiss_type"] == "ivf" and index.manifest["increments"] == 1
+    assert index.manifest["incremental"]["removed"] >= 1
+    ivf = faiss.extract_index_ivf(index.faiss_index)
+    held = [
+        int(i)
+        for number in range(ivf.nlist)
+        for i in faiss.rev_swig_ptr(ivf.invlists.get_ids(number), ivf.invlists.list_size(number))
+    ]
+    assert sorted(held) == list(range(index.size))  # every row once, under its new number
+    ivf.nprobe = ivf.nlist  # every list: each row's vector finds itself (or an equal one)
+    scores, found = index.faiss_index.search(index.vectors, 1)
+    assert np.allclose(scores.ravel(), (index.vectors * index.vectors).sum(axis=1), atol=1e-5)
+    assert np.allclose(index.vectors[found.ravel()], index.vectors, atol=1e-5)
+    assert "Pico" in search("zebra finch Pico", settings=settings, k=1, min_score=0.0,
+                            conversation="conv-a")[0].snippet  # fmt: skip
