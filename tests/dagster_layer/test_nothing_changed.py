@@ -190,3 +190,50 @@ def test_settled_state_survives_a_deleted_index(
 
     assert "search_index" in materialized(result)
     assert current_version(settings.index_dir) is not None
+
+
+def test_memory_dag_ingest_runs_the_files_step_alone_when_nothing_is_due(
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CLI's own scan finds nothing due: its run holds the files step alone (still a run
+    in the instance); a new file afterwards goes through every stage again."""
+    import json
+    import shutil
+
+    from memory_dag.cli.main import main
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copy(repo / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    paths = ["--workspace", str(settings.workspace), "--db", str(settings.db_path)]
+    command = ["ingest", *paths, "--index-dir", str(settings.index_dir), "--json"]
+
+    def ingest() -> dict:
+        capsys.readouterr()
+        assert main(command) == 0
+        return json.loads(capsys.readouterr().out)
+
+    ingest()
+    tables = store_tables(settings.db_path)
+    again = ingest()
+
+    assert set(again["stages"]) == {"workspace_files"}
+    assert NOTHING_DUE in again["stages"]["workspace_files"]["notes"]
+    assert store_tables(settings.db_path) == tables
+    with dg.DagsterInstance.get() as instance:
+        last = instance.get_runs(limit=1)[0]
+        started = {
+            entry.step_key
+            for entry in instance.all_logs(last.run_id)
+            if entry.dagster_event is not None
+            and entry.dagster_event.event_type_value == "STEP_START"
+        }
+    assert started == {"workspace_files"}
+    new_session(settings, "Dana's niece Ines starts school in Porto.")
+    assert {"chunks", "facts", "search_index"} <= set(ingest()["stages"])
+    assert any("Ines" in snippet for snippet in found(settings, "niece Ines school"))
