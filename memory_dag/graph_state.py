@@ -71,10 +71,15 @@ def store_version(con: Any, settings: Settings) -> str:
 
 
 def index_fingerprint(settings: Settings) -> str:
-    from memory_dag.index.published import read_manifest  # FAISS, Polars: imported late
-
-    manifest = read_manifest(settings.index_dir)
-    return "" if manifest is None else str(manifest.get("fingerprint", ""))
+    """The live version's fingerprint, from its manifest alone (`index.published` imports
+    FAISS and Polars: half a second a run that may have nothing to do)."""
+    index_dir = Path(settings.index_dir)
+    try:
+        name = (index_dir / "CURRENT").read_text().strip()
+        manifest = json.loads((index_dir / name / "manifest.json").read_text()) if name else {}
+    except FileNotFoundError:
+        return ""
+    return str(manifest.get("fingerprint", ""))
 
 
 def work_due(settings: Settings, *, force: bool = False) -> Due:

@@ -141,7 +141,7 @@ def _ingest_with_dagster(
     from memory_dag.cli.dagster_runs import run_tags
     from memory_dag.graph_state import work_due
     from memory_dag.progress import show_progress
-    from memory_dag.summaries.refresh import workspace_due
+    from memory_dag.summaries.due import workspace_due
 
     resource = MemoryStoreResource(
         workspace=str(settings.workspace),
