@@ -37,13 +37,20 @@ def lay_new_turns(settings: Settings, chunks: pa.Table, new_files: set[str]) -> 
 
     if not new_files or current_version(settings.index_dir) is None or not chunks.num_rows:
         return 0
-    rows = [
-        row
-        for row in chunks.to_pylist()
-        if row["kind"] == "transcript" and row["path"] in new_files and len(row["turn_ids"]) == 1
-    ]
-    if not rows or len(rows) > MAX_TURNS:
+    import pyarrow.compute as pc
+
+    turns = chunks.filter(
+        pc.and_(
+            pc.and_(
+                pc.equal(chunks.column("kind"), "transcript"),
+                pc.is_in(chunks.column("path"), value_set=pa.array(sorted(new_files))),
+            ),
+            pc.equal(pc.list_value_length(chunks.column("turn_ids")), 1),
+        )
+    )
+    if not turns.num_rows or turns.num_rows > MAX_TURNS:  # counted before any row is built
         return 0
+    rows = turns.to_pylist()
     from memory_dag.embed.providers import get_provider
     from memory_dag.index.delta import append_records, last_seq, record
     from memory_dag.memories.journal import Journal

@@ -4,6 +4,8 @@ version; once a version indexes them, they are found once."""
 
 from __future__ import annotations
 
+import pytest
+
 from memory_dag.config import Settings
 from memory_dag.index.delta import delta_path
 from memory_dag.index.published import current_version
@@ -69,3 +71,19 @@ def test_only_over_a_published_version_and_a_changed_file_shows_each_turn_once(
     snippets = [hit.snippet for hit in hits]
     assert any("Pico?" in snippet for snippet in snippets)
     assert len(snippets) == len(set(snippets))
+
+
+def test_a_large_import_waits_for_the_index_step(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory_dag.index import early_turns
+
+    run_all(settings)
+    monkeypatch.setattr(early_turns, "MAX_TURNS", 1)
+    new_session(settings)  # two turns: over the limit
+    sync_files(settings)
+
+    assert build_chunks(settings).counts["turns_searchable_early"] == 0
+    assert pico(settings, "conv-a") == []
+    run_all(settings)
+    assert len(pico(settings, "conv-a")) == 2
