@@ -229,9 +229,11 @@ def build_fts_index(
 # ---------------------------------------------------------------------------------------------
 
 
-def refresh_search_index(settings: Settings) -> list[StageReport]:
-    """Embed what is missing, then publish the index: a write elsewhere becomes searchable."""
-    return [embed_chunks(settings), build_search_index(settings)]
+def refresh_search_index(settings: Settings, *, incremental: bool = True) -> list[StageReport]:
+    """Embed what is missing, then publish the index: a write elsewhere becomes searchable.
+    `incremental=False`: rebuild rather than add to the live version (the maintenance jobs,
+    which run at night, so BM25 statistics and IVF lists are made fresh then)."""
+    return [embed_chunks(settings), build_search_index(settings, incremental=incremental)]
 
 
 def build_indexes(

@@ -17,7 +17,8 @@ filters; scores can differ slightly):
 - IVF (above 20k rows): the new vectors go into the live version's trained lists (the
   removed ones are taken out, the others keep their lists), not into lists trained again.
 `MAX_INCREMENTS` versions in a row are made this way at most; then, and for a large change, a
-forced run (`reindex_job`) or another model, the index is rebuilt.
+forced run (`reindex_job`), another model, or a maintenance job (the nightly schedule's, which
+republish with `incremental=False`), the index is rebuilt.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def refresh_index(settings: Settings, report: StageReport) -> None:
     """Embed what is missing and republish the index, so the change is searchable (or gone)."""
     from memory_dag.index.build import refresh_search_index  # FAISS: when a job republishes
 
-    index = refresh_search_index(settings)[-1]
+    index = refresh_search_index(settings, incremental=False)[-1]
     report.counts["index_rows"] = int(index.counts.get("rows", 0))
     report.notes.append("search index republished" if not index.skipped else "index unchanged")
 

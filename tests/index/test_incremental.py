@@ -211,3 +211,29 @@ def test_ivf_lists_take_the_change_without_training_again(
     assert np.allclose(index.vectors[found.ravel()], index.vectors, atol=1e-5)
     assert "Pico" in search("zebra finch Pico", settings=settings, k=1, min_score=0.0,
                             conversation="conv-a")[0].snippet  # fmt: skip
+
+
+def test_a_maintenance_republish_rebuilds(settings: Settings, small_changes: None) -> None:
+    """The nightly jobs republish through `refresh_index`: a rebuild, not one more increment."""
+    from memory_dag.maintenance.common import refresh_index
+    from memory_dag.reports import StageReport
+
+    run_all(settings)
+    new_session(settings)
+    run_all(settings)
+    assert read_manifest(settings.index_dir)["increments"] == 1
+    (settings.workspace / "sessions" / "conv-a" / "s3.jsonl").unlink()
+    sync_files_and_chunks(settings)
+
+    refresh_index(settings, StageReport("decay"))
+
+    manifest = read_manifest(settings.index_dir)
+    assert "incremental" not in manifest and "increments" not in manifest
+
+
+def sync_files_and_chunks(settings: Settings) -> None:
+    from memory_dag.ingest.chunks import build_chunks
+    from memory_dag.ingest.files import sync_files
+
+    sync_files(settings)
+    build_chunks(settings)
