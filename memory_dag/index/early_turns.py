@@ -52,8 +52,10 @@ def lay_new_turns(settings: Settings, chunks: pa.Table, new_files: set[str]) -> 
         return 0
     rows = turns.to_pylist()
     from memory_dag.embed.providers import get_provider
-    from memory_dag.index.delta import append_records, last_seq, record
+    from memory_dag.index.delta import append_records, compact, delta_path, last_seq, record
+    from memory_dag.index.published import cached_index
     from memory_dag.memories.journal import Journal
+    from memory_dag.memories.live_writer import COMPACT_BYTES
 
     provider = get_provider(settings)
     vectors = provider.embed([row["search_text"] for row in rows])
@@ -77,6 +79,10 @@ def lay_new_turns(settings: Settings, chunks: pa.Table, new_files: set[str]) -> 
             for row, vector in zip(rows, vectors, strict=True)
         ]
         append_records(settings.index_dir, records)
+        # Records the live version holds fall away as live writers' do (`delta.compact`):
+        # without live writes, nothing else would shorten the file readers read.
+        if delta_path(settings.index_dir).stat().st_size > COMPACT_BYTES:
+            compact(settings.index_dir, cached_index(settings.index_dir))
     return len(records)
 
 

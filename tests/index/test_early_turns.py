@@ -87,3 +87,31 @@ def test_a_large_import_waits_for_the_index_step(
     assert pico(settings, "conv-a") == []
     run_all(settings)
     assert len(pico(settings, "conv-a")) == 2
+
+
+def test_turns_a_version_holds_are_compacted_away(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without live writes nothing else shortens the delta file: laying turns compacts it as
+    a live writer does (here at once: every threshold at its minimum)."""
+    import json
+
+    from memory_dag.index import delta
+    from memory_dag.memories import live_writer
+
+    monkeypatch.setattr(live_writer, "COMPACT_BYTES", 0)
+    monkeypatch.setattr(delta, "COMPACT_AFTER", 1)
+    run_all(settings)
+    new_session(settings)
+    run_all(settings)  # laid, then published: the version holds them
+    write_jsonl(
+        settings.workspace / "sessions" / "conv-b" / "s4.jsonl",
+        [{"role": "user", "content": "The heron came back to the pond.", "id": "h1"}],
+    )
+    sync_files(settings)
+    assert build_chunks(settings).counts["turns_searchable_early"] == 1
+
+    lines = delta_path(settings.index_dir).read_text().splitlines()
+    paths = [json.loads(line)["memory"].get("path") for line in lines]
+    assert paths == ["sessions/conv-b/s4.jsonl"]
+    assert pico(settings, "conv-a")  # the compacted turns are in the version
