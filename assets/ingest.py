@@ -25,7 +25,7 @@ def workspace_files(
     materialization, and Dagster skips every step downstream of it."""
     settings = memory.settings()
     report = sync_files(settings, force=config.force)
-    due = work_due(settings, force=config.force or _closes_open_sessions(context))
+    due = work_due(settings, force=config.force or _asks_for_more(context))
     if due:
         metadata = {**report_metadata(report), "due": dg.MetadataValue.text("; ".join(due.reasons))}
         yield materialize_result(context, report, echo=memory.progress, metadata=metadata)
@@ -37,10 +37,13 @@ def workspace_files(
     )
 
 
-def _closes_open_sessions(context: dg.AssetExecutionContext) -> bool:
-    """The run asks the facts step to close the newest sessions too: that is work to do."""
-    facts_config = context.run_config.get("ops", {}).get("facts", {}).get("config", {})
-    return bool(facts_config.get("include_open"))
+def _asks_for_more(context: dg.AssetExecutionContext) -> bool:
+    """The run asks a later step for work beyond the changes: the facts step to close the
+    newest sessions too, or the summaries step to summarize again (`force`)."""
+    ops = context.run_config.get("ops", {})
+    facts = ops.get("facts", {}).get("config", {})
+    summaries = ops.get("conversation_summaries", {}).get("config", {})
+    return bool(facts.get("include_open") or summaries.get("force"))
 
 
 @dg.asset(group_name="ingest", pool="duckdb", kinds={"duckdb"}, deps=[workspace_files])
