@@ -4,16 +4,20 @@ The chunk and embedding checks are blocking: a broken chunk table or a mixed-dim
 embedding set must not be published into the search index.
 """
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
 
 from assets.embed import chunk_embeddings
 from assets.index import SEARCH_INDEX
 from assets.ingest import chunks
 from assets.resources import MemoryStoreResource
-from memory_dag.store import quality
+
+if TYPE_CHECKING:  # the checks read the published index (FAISS): imported when they run
+    from memory_dag.store import quality
 
 
-def _result(outcome: quality.CheckOutcome) -> dg.AssetCheckResult:
+def _result(outcome: "quality.CheckOutcome") -> dg.AssetCheckResult:
     metadata = {key: str(value) for key, value in outcome.details.items()}
     if outcome.failures:
         metadata["failures"] = dg.MetadataValue.md(
@@ -25,18 +29,24 @@ def _result(outcome: quality.CheckOutcome) -> dg.AssetCheckResult:
 @dg.asset_check(asset=chunks, blocking=True, pool="duckdb")
 def chunks_are_valid(memory: MemoryStoreResource) -> dg.AssetCheckResult:
     """Unique ids, no empty text, valid line ranges, no rows of deleted files."""
+    from memory_dag.store import quality
+
     return _result(quality.check_chunks(memory.settings()))
 
 
 @dg.asset_check(asset=chunk_embeddings, blocking=True, pool="duckdb")
 def every_chunk_embedded(memory: MemoryStoreResource) -> dg.AssetCheckResult:
     """Every chunk and indexed memory embedded by the recorded model, with the recorded dims."""
+    from memory_dag.store import quality
+
     return _result(quality.check_embeddings(memory.settings()))
 
 
 @dg.asset_check(asset=SEARCH_INDEX, pool="duckdb")
 def index_matches_embeddings(memory: MemoryStoreResource) -> dg.AssetCheckResult:
     """The FAISS file's count equals the number of embedded search documents."""
+    from memory_dag.store import quality
+
     return _result(quality.check_search_index(memory.settings()))
 
 

@@ -5,7 +5,6 @@ import dagster as dg
 from assets.ingest import chunks
 from assets.metadata import materialize_result
 from assets.resources import MemoryStoreResource
-from memory_dag.embed.chunk_embeddings import embed_chunks
 
 
 @dg.asset(
@@ -19,6 +18,8 @@ def chunk_embeddings(
     context: dg.AssetExecutionContext, memory: MemoryStoreResource
 ) -> dg.MaterializeResult:
     """One vector per distinct chunk text and model, in `embedding_cache`."""
+    from memory_dag.embed.chunk_embeddings import embed_chunks  # imported when the step runs
+
     report = embed_chunks(memory.settings())
     return materialize_result(context, report, echo=memory.progress)
 

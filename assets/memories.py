@@ -14,7 +14,6 @@ import dagster as dg
 from assets.ingest import workspace_files
 from assets.metadata import materialize_result, report_metadata
 from assets.resources import MemoryStoreResource
-from memory_dag.memories import write_path
 from memory_dag.reports import StageReport
 
 
@@ -27,6 +26,8 @@ class ConsolidateConfig(dg.Config):
 
 def _metadata(report: StageReport) -> dict[str, Any]:
     metadata = report_metadata(report)
+    from memory_dag.memories import write_path
+
     if isinstance(report, write_path.WriteReport):
         metadata["method"] = dg.MetadataValue.text(report.method)
         for step, seconds in report.timings.items():
@@ -42,6 +43,8 @@ def facts(
     """Facts from the user turns of every session, examined once as they arrive, reconciled
     (ADD/UPDATE/DELETE/NONE) with the same owner's facts, with history, change log and
     relations; changes of sensitive user fields wait in the consent queue."""
+    from memory_dag.memories import write_path  # imported when the step runs
+
     report = write_path.consolidate(memory.settings(), include_open=config.include_open)
     return materialize_result(context, report, echo=memory.progress, metadata=_metadata(report))
 
@@ -52,6 +55,8 @@ def entities(
 ) -> dg.MaterializeResult:
     """People, places, projects, dates... of every new episode and fact, in `entities` and
     `memory_entities`."""
+    from memory_dag.memories import write_path
+
     report = write_path.link_pending_entities(memory.settings())
     return materialize_result(context, report, echo=memory.progress, metadata=_metadata(report))
 

@@ -5,8 +5,9 @@ under a Dagster instance of its own (the project's dagster.yaml), starts `dagste
 on the project's workspace.yaml with the code location pointed at that store
 (`MEMORY_DAG_*`), waits for the sensors' first ticks and their runs, then writes one new
 20-turn session file into a conversation. The clock starts when the file has settled (the
-sensors' 1.5 s debounce after it was written) and stops when a search scoped to that
-conversation finds the new turn in the published index. The runs the sensors launched are
+sensors' 1.5 s debounce after it was written) and stops when a warm reader's search scoped
+to that conversation finds the new turn (laid beside the published version by the chunks
+stage, or in a new version). The runs the sensors launched are
 then read from the instance: their partitions and what facts, entities and summaries say
 they recomputed.
 """
@@ -55,6 +56,7 @@ def measure(
     try:
         settled_runs = _wait_for_quiet(home, minimum_runs=1, quiet_seconds=QUIET_SECONDS)
         print(f"  the sensors' first runs are done ({settled_runs} runs)", flush=True)
+        _reader(store).search("warm up", k=1)  # a warm reader, as a service holds one
         written = time.time()
         marker = "zebra-sensor"
         path = new_session(workspace, target, names[target], marker)
@@ -105,25 +107,30 @@ def _wait_for_quiet(home: Path, minimum_runs: int, quiet_seconds: float = 6) -> 
 
 
 def _wait_until_searchable(store: Path, conversation: str, marker: str, since: float) -> float:
-    """When a scoped search first finds `marker` in a newly published index version."""
-    from memory_dag.config import Settings
-    from memory_dag.index.published import current_version
-    from memory_dag.index.search import Searcher, SearchFilters
+    """When a scoped search by a warm reader (`get_searcher`, as a service's) first finds
+    `marker`: laid beside the published version by the chunks stage (the delta segment) or
+    in a newly published version."""
+    from memory_dag.index.search import SearchFilters
 
-    settings = Settings(workspace=store, db_path=store / "memory.duckdb", index_dir=store / "index")
-    seen = current_version(settings.index_dir)
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
-        version = current_version(settings.index_dir)
-        if version != seen:
-            seen = version
-            hits = Searcher(settings).search(
-                marker, k=3, filters=SearchFilters(conversation=conversation), min_score=0.0
-            )
-            if any(marker in hit.snippet for hit in hits):
-                return time.time()
-        time.sleep(0.1)
+        hits = _reader(store).search(
+            marker, k=3, filters=SearchFilters(conversation=conversation), min_score=0.0
+        )
+        if any(marker in hit.snippet for hit in hits):
+            return time.time()
+        time.sleep(0.2)
     raise TimeoutError(f"{marker} did not become searchable within {TIMEOUT:.0f} s of {since}")
+
+
+def _reader(store: Path) -> Any:
+    """The process's searcher of the store's current version (`get_searcher`: cached, it
+    notices a new version and the delta segment's new records)."""
+    from memory_dag.config import Settings
+    from memory_dag.index.search import get_searcher
+
+    settings = Settings(workspace=store, db_path=store / "memory.duckdb", index_dir=store / "index")
+    return get_searcher(settings)
 
 
 def _runs_since(home: Path, since: float) -> list[dict[str, Any]]:
@@ -191,3 +198,56 @@ def _shown(partitions: list[str] | None) -> str:
     if len(partitions) <= 3:
         return ", ".join(partitions)
     return f"{len(partitions)} ({', '.join(sorted(partitions)[:3])}, …)"
+
+
+def main() -> None:
+    """The sensor path alone, on a generated workspace and a store already built from it:
+
+        python benchmarks/sensor_path.py --size 100000 --root /tmp/sensor-100k
+
+    writes the corpus (`whole_graph.py`'s generator, 500 turns a conversation) under
+    `ROOT/workspace` unless it is there, builds `ROOT/store` with `memory-dag ingest` (a run
+    with nothing to do when it is already built) and measures as `whole_graph.py
+    --sensor-size` does, with a fresh Dagster instance in `ROOT/dagster_home`.
+    """
+    import argparse
+    import shutil
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import ingest_search as corpus_generator
+    from whole_graph import fresh_dagster_home
+
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--turns-per-conversation", type=int, default=500)
+    args = parser.parse_args()
+    workspace = args.root / "workspace"
+    conversations = max(1, args.size // args.turns_per_conversation)
+    sentences, pairs, _ = corpus_generator.load_locomo(corpus_generator.LOCOMO_DIR)
+    if not workspace.exists():
+        corpus_generator.write_corpus(
+            workspace,
+            args.size,
+            sentences,
+            pairs,
+            0,
+            conversations=conversations,
+            turns_per_session=20,
+        )
+    width = max(2, len(str(conversations - 1)))
+    names = {
+        f"conv-{c:0{width}d}": pair
+        for c, pair in enumerate(corpus_generator.names_for(pairs, conversations))
+    }
+    target = sorted(names)[len(names) // 2]
+    home = args.root / "dagster_home"
+    shutil.rmtree(home, ignore_errors=True)
+    print(f"sensor path at {args.size:,} turns, load {os.getloadavg()}", flush=True)
+    result = measure(workspace, args.root / "store", names, target, fresh_dagster_home(args.root))
+    report(result)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

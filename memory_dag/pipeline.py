@@ -17,6 +17,7 @@ from contextlib import nullcontext
 
 from memory_dag.config import Settings
 from memory_dag.embed.chunk_embeddings import embed_chunks
+from memory_dag.graph_state import NOTHING_DUE, work_due
 from memory_dag.index.build import build_indexes
 from memory_dag.ingest.chunks import build_chunks
 from memory_dag.ingest.files import sync_files
@@ -39,18 +40,25 @@ def run_all(
 
     The conversations to summarize are those whose files changed before the run (as the
     Dagster job asks for them); `include_open` also consolidates each conversation's newest
-    session; `llm` overrides the configured LLM of the write path.
+    session; `llm` overrides the configured LLM of the write path. When the files stage finds
+    nothing new and the store is still what the last whole run settled on
+    (`graph_state.work_due`), only the files stage runs, as in the Dagster job.
     """
     with show_progress() if progress else nullcontext():
         changed = conversations_due(settings)
+        files = sync_files(settings, force=force)
+        due = include_open or work_due(settings, force=force)  # closing sessions is work
+        if not due:  # the graph settled on this store: the later stages would find nothing
+            files.notes.append(NOTHING_DUE)
+            return [files]
         return [
-            sync_files(settings, force=force),
+            files,
             build_chunks(settings, force=force),
             consolidate(settings, include_open=include_open, llm=llm),
             link_pending_entities(settings),
             summarize_due(settings, changed),
             embed_chunks(settings),
-            *build_indexes(settings, force=force),
+            *build_indexes(settings, force=force, settle=True),
         ]
 
 

@@ -229,3 +229,16 @@ def exit_now(signal_name: str) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(signal_exit_code(signal_name))
+
+
+class LazyModule:
+    """A module imported when one of its names is first used (command modules are all
+    imported to build the parser; most commands need few of the libraries they name)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(self._name), attribute)

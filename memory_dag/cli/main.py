@@ -134,12 +134,14 @@ def _ingest_with_dagster(
     import dagster as dg
 
     from assets.checks import INGEST_CHECKS
+    from assets.ingest import workspace_files
     from assets.jobs import PIPELINE_ASSETS, ingest_run
     from assets.resources import MemoryStoreResource
     from assets.summaries import conversations as PARTITIONS
     from memory_dag.cli.dagster_runs import run_tags
+    from memory_dag.graph_state import work_due
     from memory_dag.progress import show_progress
-    from memory_dag.summaries.refresh import conversations_due
+    from memory_dag.summaries.due import workspace_due
 
     resource = MemoryStoreResource(
         workspace=str(settings.workspace),
@@ -156,13 +158,20 @@ def _ingest_with_dagster(
         }
     if progress:
         print("materializing the asset graph with Dagster (in-process)", file=sys.stderr)
-    run = ingest_run(instance.get_dynamic_partitions(PARTITIONS.name), conversations_due(settings))
+    conversations, changes = workspace_due(settings)
+    run = ingest_run(instance.get_dynamic_partitions(PARTITIONS.name), conversations)
     if run.new_partitions:
         instance.add_dynamic_partitions(PARTITIONS.name, run.new_partitions)
+    selection = run.asset_selection
+    if not (force or conversations or changes.any or work_due(settings)):
+        # Nothing to do: the run holds the files step alone, which reads the workspace and
+        # decides again (as in any run of the job, a late change is then materialized there
+        # and the next run brings the rest); the other steps would only be skipped.
+        selection = [workspace_files.key]
     with show_progress() if progress else nullcontext():
         result = dg.materialize(
             [*PIPELINE_ASSETS, *INGEST_CHECKS],
-            selection=run.asset_selection,
+            selection=selection,
             tags={**run.tags, **run_tags()},
             resources={"memory": resource},
             instance=instance,
@@ -170,11 +179,14 @@ def _ingest_with_dagster(
             raise_on_error=True,
         )
     stages: dict[str, Any] = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.materialization
-        name = materialization.asset_key.to_user_string()
+    # A first step that found nothing to do observes instead (the later steps were skipped).
+    recorded = [event.asset_observation_data.asset_observation for event in result.all_events
+                if event.event_type_value == "ASSET_OBSERVATION"]  # fmt: skip
+    recorded += [event.materialization for event in result.get_asset_materialization_events()]
+    for record in recorded:
+        name = record.asset_key.to_user_string()
         if name not in stages:  # the summaries step has one materialization per partition
-            stages[name] = {k: _metadata_value(v) for k, v in materialization.metadata.items()}
+            stages[name] = {k: _metadata_value(v) for k, v in record.metadata.items()}
     for evaluation in result.get_asset_check_evaluations():
         stages.setdefault("checks", {})[evaluation.check_name] = (
             "passed" if evaluation.passed else "FAILED"

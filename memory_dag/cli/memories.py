@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_dag.cli.common import (
+    LazyModule,
     add_limit_flags,
     add_scope_flags,
     memory_from_args,
@@ -27,7 +28,13 @@ from memory_dag.cli.common import (
     scope_kwargs,
     settings_from_args,
 )
-from memory_dag.memories import change_log, consent, lookups
+
+if TYPE_CHECKING:
+    from memory_dag.memories import change_log, consent, lookups
+else:  # imported when a command runs: `memory-dag ingest` needs none of the search stack
+    change_log = LazyModule("memory_dag.memories.change_log")
+    consent = LazyModule("memory_dag.memories.consent")
+    lookups = LazyModule("memory_dag.memories.lookups")
 from memory_dag.memory_results import (
     AddResult,
     ChangeResult,
@@ -381,16 +388,18 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         ),
         render=_proposals_text,
     )
-    for name, decision in (("accept", consent.accept), ("reject", consent.reject)):
+    for name in ("accept", "reject"):
         decide = actions.add_parser(
             name, parents=[common], help=f"{name} a proposed change (recorded in history)"
         )
         decide.add_argument("proposal_id")
         add_scope_flags(decide, conversation=True)
         decide.set_defaults(
-            func=lambda args, decision=decision: _run(
+            func=lambda args, name=name: _run(
                 args,
-                lambda a: decision(settings_from_args(a), a.proposal_id, scope=scope_from_args(a)),
+                lambda a: getattr(consent, name)(
+                    settings_from_args(a), a.proposal_id, scope=scope_from_args(a)
+                ),
             ),
             render=_proposal_line,
         )

@@ -23,6 +23,7 @@ from memory_dag.config import Settings
 from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.embed.providers import get_provider
 from memory_dag.ids import digest
+from memory_dag.index.incremental import plan_change, publish_incremental
 from memory_dag.index.published import (
     CATALOG_COLUMNS,
     FORMAT_VERSION,
@@ -44,9 +45,24 @@ from memory_dag.store.connection import (
 # Stage 4: chunks + embeddings → published FAISS + BM25 index
 
 
+#: The indexable documents: those embedded by the model (two parameters: provider, model).
+_DOCUMENTS = (
+    "FROM search_documents c WHERE c.hash IN "
+    "(SELECT hash FROM embedding_cache WHERE provider = ? AND model = ?)"
+)
+_ROW_COLUMNS = (
+    "c.id, c.kind, c.source, c.path, c.start_line, c.end_line, c.text, c.search_text, "
+    "c.speaker, c.turn_ids, c.conversation_id, c.session_id, c.event_time, c.role, c.category, "
+    "c.user_id, c.agent_id, c.importance, c.pinned, c.updated_at, c.hash"
+)
+
+
 @progress.tracked("search_index")
-def build_search_index(settings: Settings, *, force: bool = False) -> StageReport:
-    """Publish a new index version when chunks or the model changed since the live one."""
+def build_search_index(
+    settings: Settings, *, force: bool = False, incremental: bool = True
+) -> StageReport:
+    """Publish a new index version when chunks or the model changed since the live one: made
+    from the live version when the change is small (`incremental.py`), else rebuilt."""
     report = StageReport("search_index")
     with StageTimer(report):
         provider = get_provider(settings)
@@ -70,26 +86,42 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
             # Rows and vectors come in two queries (one snapshot) and are matched by hash in
             # Arrow: sorting rows that carry their vectors made DuckDB move ~1 KB a row.
             con.execute("BEGIN TRANSACTION")
+            model = [provider.name, provider.model]
+            change = None
+            if incremental and not force:  # a small change: the next version from the live one
+                current = fetch_arrow(
+                    con, f"SELECT c.id, c.hash, c.kind, c.path {_DOCUMENTS}", model
+                )
+                change = plan_change(
+                    settings.index_dir,
+                    current,
+                    provider=provider.name,
+                    model=provider.model,
+                    dims=int(provider.dims),
+                )
+            only = "" if change is None else "AND c.id IN (SELECT unnest(?::TEXT[]))"
             table = fetch_arrow(
                 con,
-                """
-                SELECT c.id, c.kind, c.source, c.path, c.start_line, c.end_line, c.text,
-                       c.search_text, c.speaker, c.turn_ids, c.conversation_id, c.session_id,
-                       c.event_time, c.role, c.category, c.user_id, c.agent_id, c.importance,
-                       c.pinned, c.updated_at, c.hash
-                FROM search_documents c
-                WHERE c.hash IN (
-                    SELECT hash FROM embedding_cache WHERE provider = ? AND model = ?)
-                ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id
-                """,
-                [provider.name, provider.model],
+                f"SELECT {_ROW_COLUMNS} {_DOCUMENTS} {only} "
+                "ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id",
+                model if change is None else [*model, change.added],
             )
-            embedded = fetch_arrow(
-                con,
-                f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
-                "FROM embedding_cache WHERE provider = ? AND model = ? "
-                "AND hash IN (SELECT hash FROM search_documents)",
-                [provider.name, provider.model],
+            embedded = (
+                fetch_arrow(
+                    con,
+                    f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
+                    "FROM embedding_cache WHERE provider = ? AND model = ? "
+                    "AND hash IN (SELECT hash FROM search_documents)",
+                    model,
+                )
+                if change is None
+                else fetch_arrow(
+                    con,
+                    f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
+                    "FROM embedding_cache WHERE provider = ? AND model = ? "
+                    "AND hash IN (SELECT unnest(?::TEXT[]))",
+                    [*model, table.column("hash").to_pylist()],
+                )
             )
             total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
             catalog = fetch_arrow(
@@ -100,24 +132,40 @@ def build_search_index(settings: Settings, *, force: bool = False) -> StageRepor
             con.execute("COMMIT")
         vectors = _arrow_to_vectors(embedded.column("embedding"), provider.dims)
         positions = pc.index_in(table.column("hash"), value_set=embedded.column("hash"))
-        manifest = publish_index(
-            settings.index_dir,
-            table.drop_columns(["hash"]),
-            vectors[positions.to_numpy(zero_copy_only=False)],
-            provider=provider.name,
-            model=provider.model,
-            fingerprint=fingerprint,
-            store_users=users,
-            catalog=catalog,
-            journal_seq=journal_seq,
-        )
-        not_embedded = int(total_chunks) - table.num_rows
+        vectors = vectors[positions.to_numpy(zero_copy_only=False)]
+        published = {
+            "fingerprint": fingerprint,
+            "store_users": users,
+            "catalog": catalog,
+            "journal_seq": journal_seq,
+        }
+        if change is not None:
+            manifest = publish_incremental(settings.index_dir, change, table, vectors, **published)
+            step = manifest["incremental"]
+            report.notes.append(
+                f"incremental: {step['added']} rows added, {step['removed']} removed, "
+                f"{step['kept']} kept from {step['base']}"
+            )
+            indexed = int(manifest["count"])
+        else:
+            manifest = publish_index(
+                settings.index_dir,
+                table.drop_columns(["hash"]),
+                vectors,
+                provider=provider.name,
+                model=provider.model,
+                hashes=table.column("hash"),
+                **published,
+            )
+            indexed = table.num_rows
+        not_embedded = int(total_chunks) - indexed
         if not_embedded:
             report.notes.append(f"{not_embedded} documents have no embedding yet: not indexed")
         report.counts = {
             "rows": int(manifest["count"]),
             "dims": int(manifest["dims"]),
             "not_embedded": not_embedded,
+            "incremental": int(change is not None),
         }
         report.notes.append(f"version {manifest['version']}, faiss {manifest['faiss_type']}")
     return report
@@ -181,13 +229,20 @@ def build_fts_index(
 # ---------------------------------------------------------------------------------------------
 
 
-def refresh_search_index(settings: Settings) -> list[StageReport]:
-    """Embed what is missing, then publish the index: a write elsewhere becomes searchable."""
-    return [embed_chunks(settings), build_search_index(settings)]
+def refresh_search_index(settings: Settings, *, incremental: bool = True) -> list[StageReport]:
+    """Embed what is missing, then publish the index: a write elsewhere becomes searchable.
+    `incremental=False`: rebuild rather than add to the live version (the maintenance jobs,
+    which run at night, so BM25 statistics and IVF lists are made fresh then)."""
+    return [embed_chunks(settings), build_search_index(settings, incremental=incremental)]
 
 
 def build_indexes(
-    settings: Settings, *, force: bool = False, search_index: bool = True, fts: bool = True
+    settings: Settings,
+    *,
+    force: bool = False,
+    search_index: bool = True,
+    fts: bool = True,
+    settle: bool = False,
 ) -> Iterator[StageReport]:
     """The search index and DuckDB's FTS index, built side by side; reports as they finish.
 
@@ -196,7 +251,14 @@ def build_indexes(
     the other). The FTS build runs at a lower priority, so that the search index, which agents
     are waiting for, is published about as soon as when it is built alone. The search index is
     reported first; a failure of one build does not stop the other.
+
+    `settle`: this is the last stage of a run of every stage; when both builds succeed and
+    nothing wrote the store meanwhile, record that the graph settled (`graph_state`), so the
+    next run with nothing new skips every stage after the files.
     """
+    from memory_dag.graph_state import record_settled, settle_token
+
+    token = settle_token(settings) if settle and search_index and fts else None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fts-build") as threads:
         fts_build = (
             threads.submit(build_fts_index, settings, force=force, background=True) if fts else None
@@ -205,6 +267,8 @@ def build_indexes(
             yield build_search_index(settings, force=force)
         if fts_build is not None:
             yield fts_build.result()
+    if token is not None:
+        record_settled(settings, token)
 
 
 #: Nice value of the FTS build beside the search index: it takes a smaller share of a busy

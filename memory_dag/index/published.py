@@ -8,6 +8,7 @@
         vectors.npy            the same vectors in row order (scoped exact search, MMR)
         bm25/                  BM25 weights, term → rows (see text_index.py)
         rows.parquet           row number → chunk id, path, lines, ids, snippet
+        row_hashes.parquet     row number → content hash (what the next build compares with)
         memories.parquet       the catalog: every derived memory (any state) with its scope
                                columns, for lookups without the DuckDB file (`catalog`)
 
@@ -71,6 +72,9 @@ ROW_SCHEMA = pa.schema(
 
 #: Kinds of rows that are pieces of workspace files (the rest are derived memories).
 CHUNK_KINDS = frozenset({"note", "entry", "transcript"})
+
+#: (id, content hash) of every row, in row order (`incremental.py` compares with it).
+HASHES_FILE = "row_hashes.parquet"
 
 #: The catalog of derived memories published with each version (`memories` columns).
 CATALOG_FILE = "memories.parquet"
@@ -216,12 +220,15 @@ def publish_index(
     store_users: int | None = None,
     catalog: pa.Table | None = None,
     journal_seq: int = 0,
+    hashes: pa.Array | pa.ChunkedArray | None = None,
 ) -> dict[str, Any]:
     """Build FAISS + BM25 for `rows`/`vectors`, write a new version, make it current.
 
     `store_users` (how many users the store names) goes into the manifest for the scope check;
     `catalog` (the store's derived memories, `CATALOG_COLUMNS`) is written beside the rows;
-    `journal_seq` is the last live write folded into the store these rows were read from.
+    `journal_seq` is the last live write folded into the store these rows were read from;
+    `hashes` (each row's content hash) lets the next build add to this version
+    (`incremental.py`) instead of rebuilding it.
     """
     if rows.num_rows != len(vectors):
         raise ValueError(f"{rows.num_rows} rows but {len(vectors)} vectors")
@@ -229,11 +236,7 @@ def publish_index(
         if name not in rows.column_names:
             rows = rows.append_column(name, pa.nulls(rows.num_rows, ROW_SCHEMA.field(name).type))
     rows = rows.select(ROW_SCHEMA.names).cast(ROW_SCHEMA)
-    index_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
-    name = f"v{stamp}-{uuid.uuid4().hex[:6]}"
-    staging = index_dir / f".tmp-{name}"
-    staging.mkdir()
+    staging, name = new_staging(index_dir)
     try:
         dims = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
         # FAISS trains and adds outside the GIL: it runs beside the BM25 build (which is
@@ -247,6 +250,10 @@ def publish_index(
             pq.write_table(rows, staging / "rows.parquet")
             if catalog is not None:
                 pq.write_table(catalog, staging / CATALOG_FILE)
+            if hashes is not None:
+                pq.write_table(
+                    pa.table({"id": rows.column("id"), "hash": hashes}), staging / HASHES_FILE
+                )
             vector_files.result()
         manifest = {
             "format": FORMAT_VERSION,
@@ -262,16 +269,32 @@ def publish_index(
             "journal_seq": int(journal_seq),
             "bm25_avg_length": text_index.avg_length,
         }
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        staging.rename(index_dir / name)
+        install_version(index_dir, staging, name, manifest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    return manifest
+
+
+def new_staging(index_dir: Path) -> tuple[Path, str]:
+    """A hidden folder to write the next version into, and the version's name."""
+    index_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    name = f"v{stamp}-{uuid.uuid4().hex[:6]}"
+    staging = index_dir / f".tmp-{name}"
+    staging.mkdir()
+    return staging, name
+
+
+def install_version(index_dir: Path, staging: Path, name: str, manifest: dict[str, Any]) -> None:
+    """Write the manifest, move the folder into place, then swap CURRENT (readers see a whole
+    version, the last good one if this crashes)."""
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    staging.rename(index_dir / name)
     pointer = index_dir / f".CURRENT-{uuid.uuid4().hex[:6]}"
     pointer.write_text(name)
     os.replace(pointer, index_dir / "CURRENT")
     _remove_old_versions(index_dir, keep=name)
-    return manifest
 
 
 def _write_vector_files(vectors: np.ndarray, dims: int, folder: Path) -> None:

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from memory_dag import progress
 from memory_dag.config import Settings
+from memory_dag.index.early_turns import lay_new_turns
 from memory_dag.ingest.chunk_rows import (
     CHUNK_SCHEMA,
     TURN_COLUMNS,
@@ -39,7 +40,8 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
     with StageTimer(report), open_store(settings.db_path) as con:
         where = "" if force else "WHERE chunked_hash IS DISTINCT FROM hash"
         pending = fetch_dicts(
-            con, f"SELECT path, kind, source, hash, conversation_id, session_id FROM files {where}"
+            con,
+            f"SELECT path, kind, source, hash, conversation_id, session_id FROM files {where}",
         )
         notes = _rows_by_path(
             con,
@@ -85,6 +87,10 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             "files_failed": len(failed),
         }
         report.errors = [{"path": f["path"], "line": None, "reason": r} for f, r in failed]
+    # New turns are searchable now, not after the index step (the store is closed: embedding
+    # them loads a model).
+    transcripts = {p["path"] for p in pending if p["kind"] == "transcript"}
+    report.counts["turns_searchable_early"] = lay_new_turns(settings, rows, transcripts)
     return report
 
 

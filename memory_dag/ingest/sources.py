@@ -140,22 +140,31 @@ def discover_files(workspace: Path, extra_roots: Iterable[Path] = ()) -> list[So
     roots = [workspace.resolve(), *(Path(root).resolve() for root in extra_roots)]
 
     candidates: list[tuple[str, SourceName, SourceKind]] = []
+    #: Regular files reached without any symlink, inside a root: (real path, identity).
+    plain_files: dict[str, tuple[Path, tuple[int, int]]] = {}
     for name in ("MEMORY.md", "memory.md"):
         if (workspace / name).is_file() or (workspace / name).is_symlink():
             candidates.append((name, "memory", "note"))
-    for rel_path in _walk(workspace, "memory", ".md"):
+    for rel_path in _walk(workspace, "memory", ".md", roots, plain_files):
         candidates.append((rel_path, "memory", "note"))
-    for rel_path in _walk(workspace, "entries", ".md"):
+    for rel_path in _walk(workspace, "entries", ".md", roots, plain_files):
         parts = rel_path.split("/")
         if len(parts) > 3 and parts[2] == "deleted":  # entries/<cid>/deleted/...
             continue
         candidates.append((rel_path, "memory", "entry"))
-    for rel_path in _walk(workspace, "sessions", ".jsonl"):
+    for rel_path in _walk(workspace, "sessions", ".jsonl", roots, plain_files):
         candidates.append((rel_path, "sessions", "transcript"))
 
     files: list[SourceFile] = []
     seen: set[tuple[int, int] | str] = set()
     for rel_path, source, kind in candidates:
+        plain = plain_files.get(rel_path)
+        if plain is not None and is_utf8(rel_path):  # no link on the way: nothing to resolve
+            path, identity = plain
+            if identity not in seen:
+                seen.add(identity)
+                files.append(SourceFile(path, rel_path, source, kind, None))
+            continue
         path, refused = _real_path(workspace / rel_path, roots)
         if not is_utf8(rel_path):
             refused = "the file name is not valid UTF-8"
@@ -185,25 +194,56 @@ def _real_path(link: Path, roots: list[Path]) -> tuple[Path, str | None]:
     return path, None
 
 
-def _walk(workspace: Path, folder: str, suffix: str) -> Iterator[str]:
+def _walk(
+    workspace: Path,
+    folder: str,
+    suffix: str,
+    roots: list[Path] | None = None,
+    plain: dict[str, tuple[Path, tuple[int, int]]] | None = None,
+) -> Iterator[str]:
     """Posix paths (relative to workspace) of non-hidden files under folder ending in suffix.
 
     Symlinked folders are not followed (no loops, no escaping the workspace by accident);
     symlinked files are listed. Sockets, FIFOs and devices are skipped so reading cannot block.
+    Regular files that are not links, under a folder whose real path is inside `roots`, go
+    into `plain` with their real path and (device, inode): the directory entries already say
+    so, and resolving 100k-turn workspaces' files one by one took seconds.
     """
     root = workspace / folder
     if not root.is_dir():
         return
+    real_root = root.resolve()
+    inside = roots is not None and any(real_root.is_relative_to(r) for r in roots)
     found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [name for name in dirnames if not name.startswith(".")]
-        for name in filenames:
-            if name.startswith(".") or not name.lower().endswith(suffix):
+    stack = [(str(root), f"{folder}/", str(real_root))]
+    while stack:
+        directory, prefix, real = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+            device = os.stat(directory).st_dev
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
                 continue
-            full = Path(dirpath) / name
-            if _is_special_file(full):
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, f"{prefix}{name}/", f"{real}/{name}"))
+                    continue
+                if not name.lower().endswith(suffix):
+                    continue
+                link = entry.is_symlink()
+                if link and _is_special_file(Path(entry.path)):
+                    continue
+                if not link and not entry.is_file(follow_symlinks=False):
+                    continue  # a socket, FIFO or device: reading could block
+            except OSError:
                 continue
-            found.append(full.relative_to(workspace).as_posix())
+            rel_path = f"{prefix}{name}"
+            found.append(rel_path)
+            if inside and not link and plain is not None:
+                plain[rel_path] = (Path(f"{real}/{name}"), (device, entry.inode()))
     yield from sorted(found)
 
 

@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
-from memory_dag.index.build import refresh_search_index
 from memory_dag.llm import LLMClient, LLMConfig
 from memory_dag.memories.writer import MemoryWriter
 from memory_dag.reports import StageReport
@@ -108,7 +107,9 @@ def day_start(now: datetime) -> datetime:
 
 def refresh_index(settings: Settings, report: StageReport) -> None:
     """Embed what is missing and republish the index, so the change is searchable (or gone)."""
-    index = refresh_search_index(settings)[-1]
+    from memory_dag.index.build import refresh_search_index  # FAISS: when a job republishes
+
+    index = refresh_search_index(settings, incremental=False)[-1]
     report.counts["index_rows"] = int(index.counts.get("rows", 0))
     report.notes.append("search index republished" if not index.skipped else "index unchanged")
 

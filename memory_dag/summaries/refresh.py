@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import duckdb
 
 from memory_dag import progress
 from memory_dag.config import Settings
-from memory_dag.ingest.watch import changed_conversations, scan_workspace
 from memory_dag.parallel import process_map
 from memory_dag.reports import PREVIEW_ROWS, StageReport
 from memory_dag.store.connection import open_store
@@ -42,34 +40,14 @@ from memory_dag.summaries.summarizer import (
     summarize,
 )
 
-#: Conversations whose files or facts changed after their last successful summarization.
-_STALE_SQL = """
-    WITH last AS (
-        SELECT conversation_id, max(ts) AS ts FROM events
-        WHERE node = 'summaries' AND op = 'summarize' AND status = 'ok' GROUP BY 1)
-    SELECT f.conversation_id FROM files f LEFT JOIN last USING (conversation_id)
-    WHERE f.conversation_id IS NOT NULL AND (last.ts IS NULL OR f.indexed_at > last.ts)
-    UNION
-    SELECT m.conversation_id FROM memories m JOIN last USING (conversation_id)
-    WHERE m.kind = 'fact' AND greatest(m.created_at, m.valid_until) > last.ts
-"""
-
 
 def conversations_due(settings: Settings) -> list[str]:
     """The conversations an ingest run must bring up to date, before it runs: those with files
     new, changed or deleted on disk since the store read them, and those whose files or facts
     changed after their last summarization (a run that stopped before its summaries)."""
-    previous: dict[str, list] = {}
-    stale: set[str] = set()
-    if Path(settings.db_path).exists():
-        with open_store(settings.db_path, read_only=True) as con:
-            for path, size, mtime, digest in con.execute(
-                "SELECT path, size, mtime, hash FROM files"
-            ).fetchall():
-                previous[path] = [size, mtime, digest]
-            stale = {row[0] for row in con.execute(_STALE_SQL).fetchall()}
-    changes, _ = scan_workspace(Path(settings.workspace), previous, debounce_seconds=0)
-    return sorted(set(changed_conversations(changes)) | stale)
+    from memory_dag.summaries.due import workspace_due
+
+    return workspace_due(settings)[0]
 
 
 def summarize_due(

@@ -229,10 +229,14 @@ def test_jobs_run_the_whole_graph(
         assert second.success
     with open_store(settings.db_path, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 9
-    files = {
+    materialized = {
         e.materialization.asset_key.to_user_string(): e.materialization.metadata
         for e in second.get_asset_materialization_events()
-    }["workspace_files"]
-    # The incremental job skips unchanged files; the reindex job re-reads all of them.
-    expected_changed = 6 if job_name == "reindex_job" else 0
-    assert files["changed"].value == expected_changed
+    }
+    if job_name == "reindex_job":  # re-reads every file and rebuilds every index
+        assert materialized["workspace_files"]["changed"].value == 6
+        assert {"chunks", "search_index", "chunks_fts"} <= set(materialized)
+    else:  # nothing changed: the files step observes, every later step is skipped
+        assert materialized == {}
+        [observed] = [e for e in second.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+        assert observed.asset_observation_data.asset_observation.metadata["changed"].value == 0

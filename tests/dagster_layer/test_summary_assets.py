@@ -181,11 +181,13 @@ def run_range(
     resources: dict[str, object],
     first: str,
     last: str,
+    run_config: dict[str, object] | None = None,
 ) -> dg.ExecuteInProcessResult:
     """A run of `job` over the partitions first..last, as the sensors ask for one."""
     return job.execute_in_process(
         instance=instance,
         resources=resources,
+        run_config=run_config,
         tags={
             "dagster/asset_partition_range_start": first,
             "dagster/asset_partition_range_end": last,
@@ -218,7 +220,22 @@ def test_an_ingest_run_summarizes_its_conversations_in_one_step_and_indexes_them
         context = dg.build_sensor_context(instance=instance, definitions=defs)
         assert summaries_indexed_sensor.evaluate_tick(context).run_requests == []
 
-        again = run_range(job, instance, resources, "conv-b", "conv-b")
+        # Nothing changed: the run's files step skips every later step, the summaries too.
+        skipped = run_range(job, instance, resources, "conv-b", "conv-b")
+        assert not [
+            e
+            for e in skipped.get_asset_materialization_events()
+            if e.asset_key == conversation_summaries.key
+        ]
+        # Asked to summarize again, the run does, for its one partition.
+        again = run_range(
+            job,
+            instance,
+            resources,
+            "conv-b",
+            "conv-b",
+            {"ops": {"conversation_summaries": {"config": {"force": True}}}},
+        )
         [summary] = [
             e
             for e in again.get_asset_materialization_events()

@@ -1,0 +1,239 @@
+"""A run with nothing to do (issue 15): the first step decides, Dagster skips the rest.
+
+Real Dagster runs of `ingest_job` on a real store: after a whole run, a run over the same
+workspace executes only the files step, skips every other step and changes no table; a new
+file, a live write, a stage run alone or a run that crashed half-way still gets everything
+through the next run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.checks import INGEST_CHECKS
+from assets.ingest import INGEST_ASSETS
+from memory_dag import Memory
+from memory_dag.config import Settings
+from memory_dag.definitions import defs
+from memory_dag.graph_state import NOTHING_DUE, work_due
+from memory_dag.index.published import current_version
+from memory_dag.index.search import search
+from memory_dag.memories import write_path
+from tests.conftest import write_jsonl
+from tests.dagster_layer.test_ingest_assets import resource_for, use_env
+from tests.store_snapshot import store_tables
+
+
+@pytest.fixture
+def instance(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[dg.DagsterInstance]:
+    use_env(monkeypatch, settings)
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def run_ingest(instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    result = defs.resolve_job_def("ingest_job").execute_in_process(instance=instance)
+    assert result.success
+    return result
+
+
+def steps(result: dg.ExecuteInProcessResult, event: str) -> set[str]:
+    return {e.step_key for e in result.all_events if e.event_type_value == event and e.step_key}
+
+
+def materialized(result: dg.ExecuteInProcessResult) -> set[str]:
+    return {
+        e.materialization.asset_key.to_user_string()
+        for e in result.get_asset_materialization_events()
+    }
+
+
+def new_session(settings: Settings, text: str) -> None:
+    write_jsonl(
+        settings.workspace / "sessions" / "conv-a" / "s7.jsonl",
+        [{"role": "user", "name": "Dana", "content": text, "id": "n1"}],
+    )
+
+
+def found(settings: Settings, query: str, conversation: str = "conv-a") -> list[str]:
+    hits = search(query, settings=settings, k=5, min_score=0.0, conversation=conversation)
+    return [hit.snippet for hit in hits]
+
+
+def test_a_run_with_nothing_changed_executes_only_the_files_step(
+    settings: Settings, instance: dg.DagsterInstance
+) -> None:
+    first = run_ingest(instance)
+    assert {"facts", "entities", "search_index", "chunks_fts"} <= materialized(first)
+    tables = store_tables(settings.db_path)
+    version = current_version(settings.index_dir)
+
+    second = run_ingest(instance)
+
+    assert steps(second, "STEP_START") == {"workspace_files"}
+    assert {"chunks", "facts", "entities", "chunk_embeddings", "indexes"} <= steps(
+        second, "STEP_SKIPPED"
+    )
+    assert materialized(second) == set()
+    [observed] = [e for e in second.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    metadata = observed.asset_observation_data.asset_observation.metadata
+    assert metadata["changed"].value == metadata["new"].value == 0
+    assert NOTHING_DUE in metadata["notes"].value
+    assert store_tables(settings.db_path) == tables
+    assert current_version(settings.index_dir) == version
+
+
+def test_a_new_file_after_a_skipped_run_flows_through_every_stage(
+    settings: Settings, instance: dg.DagsterInstance
+) -> None:
+    run_ingest(instance)
+    run_ingest(instance)  # skipped
+    new_session(settings, "My brother Tomasz moved to Lisbon last spring.")
+
+    third = run_ingest(instance)
+
+    assert {"workspace_files", "chunks", "facts", "entities", "search_index"} <= materialized(third)
+    assert any("Lisbon" in snippet for snippet in found(settings, "Tomasz Lisbon"))
+    assert not work_due(settings)  # settled again: the run after it does nothing
+    assert steps(run_ingest(instance), "STEP_START") == {"workspace_files"}
+
+
+def test_a_live_write_alone_makes_the_next_run_fold_it(
+    settings: Settings, instance: dg.DagsterInstance
+) -> None:
+    run_ingest(instance)
+    Memory(settings).add(
+        [{"role": "user", "content": "I switched to decaf coffee."}],
+        user_id="dana",
+        conversation_id="conv-a",
+    )
+    assert work_due(settings).reasons == ["live writes wait in the journal"]
+
+    result = run_ingest(instance)
+
+    assert "facts" in materialized(result)
+    facts = result.asset_materializations_for_node("facts")[0].metadata
+    assert facts["live_calls_folded"].value > 0
+    assert not work_due(settings)
+
+
+def test_a_stage_run_alone_does_not_settle_and_the_next_run_catches_up(
+    settings: Settings, instance: dg.DagsterInstance
+) -> None:
+    """A UI click on two assets: the new file is read and chunked, nothing else. The next
+    whole run must not take the store for settled."""
+    run_ingest(instance)
+    new_session(settings, "Our cat Miso learned to open the fridge.")
+    partial = dg.materialize(
+        [*INGEST_ASSETS, *INGEST_CHECKS[:1]],
+        resources={"memory": resource_for(settings)},
+        instance=instance,
+    )
+    assert partial.success
+    assert work_due(settings)
+
+    result = run_ingest(instance)
+
+    assert {"facts", "search_index"} <= materialized(result)
+    assert any("fridge" in snippet for snippet in found(settings, "Miso fridge"))
+
+
+def test_a_run_that_crashed_half_way_is_finished_by_the_next(
+    settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_ingest(instance)
+    new_session(settings, "The team offsite moved to Porto in June.")
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("killed mid-run")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(write_path, "consolidate", crash)
+        crashed = defs.resolve_job_def("ingest_job").execute_in_process(
+            instance=instance, raise_on_error=False
+        )
+    assert not crashed.success
+    assert "indexes" not in steps(crashed, "STEP_START")
+
+    result = run_ingest(instance)
+
+    assert {"facts", "search_index"} <= materialized(result)
+    assert any("Porto" in snippet for snippet in found(settings, "offsite Porto"))
+
+
+def test_the_library_pipeline_skips_the_same_way(settings: Settings) -> None:
+    from memory_dag.pipeline import run_all
+
+    run_all(settings)
+    reports = run_all(settings)
+
+    assert [r.stage for r in reports] == ["files"]
+    assert NOTHING_DUE in reports[0].notes
+    new_session(settings, "Grandma's recipe needs cardamom.")
+    assert "chunks" in [r.stage for r in run_all(settings)]
+    assert any("cardamom" in snippet for snippet in found(settings, "recipe cardamom"))
+
+
+def test_settled_state_survives_a_deleted_index(
+    settings: Settings, instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    """The published index is part of what the graph settled on: without it, a run rebuilds."""
+    import shutil
+
+    run_ingest(instance)
+    shutil.rmtree(settings.index_dir)
+
+    result = run_ingest(instance)
+
+    assert "search_index" in materialized(result)
+    assert current_version(settings.index_dir) is not None
+
+
+def test_memory_dag_ingest_runs_the_files_step_alone_when_nothing_is_due(
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CLI's own scan finds nothing due: its run holds the files step alone (still a run
+    in the instance); a new file afterwards goes through every stage again."""
+    import json
+    import shutil
+
+    from memory_dag.cli.main import main
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copy(repo / "data" / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    paths = ["--workspace", str(settings.workspace), "--db", str(settings.db_path)]
+    command = ["ingest", *paths, "--index-dir", str(settings.index_dir), "--json"]
+
+    def ingest() -> dict:
+        capsys.readouterr()
+        assert main(command) == 0
+        return json.loads(capsys.readouterr().out)
+
+    ingest()
+    tables = store_tables(settings.db_path)
+    again = ingest()
+
+    assert set(again["stages"]) == {"workspace_files"}
+    assert NOTHING_DUE in again["stages"]["workspace_files"]["notes"]
+    assert store_tables(settings.db_path) == tables
+    with dg.DagsterInstance.get() as instance:
+        last = instance.get_runs(limit=1)[0]
+        started = {
+            entry.step_key
+            for entry in instance.all_logs(last.run_id)
+            if entry.dagster_event is not None
+            and entry.dagster_event.event_type_value == "STEP_START"
+        }
+    assert started == {"workspace_files"}
+    new_session(settings, "Dana's niece Ines starts school in Porto.")
+    assert {"chunks", "facts", "search_index"} <= set(ingest()["stages"])
+    assert any("Ines" in snippet for snippet in found(settings, "niece Ines school"))
