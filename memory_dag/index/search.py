@@ -334,9 +334,8 @@ class Searcher:
     ) -> np.ndarray:
         if named_speaker is None or not self.settings.speaker_boost or not len(live):
             return np.zeros(len(live))
-        name = self.index.speakers[named_speaker]
-        said = [(overlay.rows[i]["speaker"] or "").lower() == name for i in live]
-        return self.settings.speaker_boost * np.asarray(said, dtype=np.float64)
+        said = overlay.said_by(live, self.index.speakers[named_speaker])
+        return self.settings.speaker_boost * said.astype(np.float64)
 
     def kinds(self) -> list[str]:
         """Kinds of rows this searcher can return: the version's and the delta's."""

@@ -46,9 +46,18 @@ def assert_same(extended: Overlay, scratch: Overlay) -> None:
         scratch.kinds,
     )
     assert np.array_equal(extended.hidden_rows, scratch.hidden_rows)
-    assert extended._terms == scratch._terms
-    assert np.array_equal(extended._lengths, scratch._lengths)
-    assert extended._document_frequency == scratch._document_frequency
+    assert extended._postings.by_term.keys() == scratch._postings.by_term.keys()
+    for term, (rows, counts) in scratch._postings.by_term.items():
+        assert np.array_equal(extended._postings.by_term[term][0], rows), term
+        assert np.array_equal(extended._postings.by_term[term][1], counts), term
+    assert np.array_equal(extended._postings.lengths, scratch._postings.lengths)
+    for name in scratch._columns.coded:
+        values = [row[name] for row in scratch.rows]
+        mine = extended._columns.coded[name]
+        inverse = {code: value for value, code in mine.lookup.items()}
+        assert [inverse[int(c)] for c in mine.codes] == values, name
+    for name in ("importance", "pinned", "updated_us", "has_updated"):
+        assert np.array_equal(getattr(extended._columns, name), getattr(scratch._columns, name))
 
 
 def answers(memory: Memory) -> list[list[tuple[str, float]]]:
