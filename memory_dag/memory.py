@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memory_dag.compute_threads import limit_compute_threads
 from memory_dag.config import Settings
 from memory_dag.index.delta import delta_path
 from memory_dag.index.published import IndexNotBuiltError, current_version
@@ -102,6 +103,7 @@ class Memory:
                 else Settings.load()
             )
         self.settings = settings
+        limit_compute_threads(settings.compute_threads)  # reads: one thread each (see there)
         self.llm = llm if llm is not None else llm_client(settings)
         self.idle_seconds = idle_seconds
         self.retrieval = retrieval or RetrievalConfig()
