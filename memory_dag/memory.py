@@ -62,6 +62,7 @@ from memory_dag.memory_results import (
     MemoryList,
     SearchResults,
 )
+from memory_dag.paths import resolved
 from memory_dag.read.context_block import build_context
 from memory_dag.read.query import MemoryQuery, MemoryQueryResponse, query_memory
 from memory_dag.read.retriever import RetrievalConfig, Retriever
@@ -120,14 +121,14 @@ class Memory:
         return settings_for(self.settings, user_id=user_id)
 
     def _live_store(self, settings: Settings) -> LiveStore:
-        key = Path(settings.index_dir).resolve()
+        key = resolved(settings.index_dir)
         with self._lock:
             if key not in self._live:
                 self._live[key] = LiveStore(settings)
             return self._live[key]
 
     def _retriever(self, settings: Settings) -> Retriever:
-        key = Path(settings.index_dir).resolve()
+        key = resolved(settings.index_dir)
         with self._lock:
             if key not in self._retrievers:
                 self._retrievers[key] = Retriever(settings, self.retrieval)

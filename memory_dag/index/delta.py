@@ -48,6 +48,7 @@ from memory_dag.index.published import PublishedIndex
 from memory_dag.index.search_text import bm25_documents
 from memory_dag.index.text_index import K1, B, tokenize
 from memory_dag.memories.journal import write_durably
+from memory_dag.paths import resolved
 
 DELTA_FILE = "delta.jsonl"
 #: A writer compacts the delta once it holds this many records the published version has.
@@ -193,7 +194,7 @@ _files_lock = threading.Lock()
 
 def delta_file(index_dir: Path) -> DeltaFile:
     """The process's reader of an index folder's delta file."""
-    path = delta_path(index_dir).resolve()
+    path = resolved(delta_path(index_dir))
     with _files_lock:
         reader = _files.get(path)
         if reader is None:
@@ -517,7 +518,7 @@ def current_overlay(
     did not change, extended by the records appended since when it grew, rebuilt from scratch
     when it was rewritten (`compact`, a lost file) or `index` is another version."""
     epoch, generation, records = delta_file(index_dir).read()
-    folder = str(Path(index_dir).resolve())
+    folder = str(resolved(index_dir))
     with _overlays_lock:
         cached = _overlays.get(folder)
     if cached is not None and (cached.version, cached.epoch) == (index.folder.name, epoch):

@@ -25,6 +25,7 @@ from memory_dag.index.published import (
 )
 from memory_dag.index.search_text import names_in, participant_names, strip_names
 from memory_dag.index.vector_index import search_faiss
+from memory_dag.paths import resolved
 from memory_dag.scope import Scope
 
 Fusion = Literal["zscore", "blend", "rrf"]
@@ -643,7 +644,7 @@ def search(
 def get_searcher(settings: Settings) -> Searcher:
     """A searcher for the current index version, cached per process (warm queries are fast)."""
     index = live_index(settings)
-    key = (str(Path(settings.index_dir).resolve()), index.folder.name or "(none)")
+    key = (str(resolved(settings.index_dir)), index.folder.name or "(none)")
     searcher = _searchers.get(key)
     if searcher is None or searcher.settings != settings:
         searcher = Searcher(settings, index)

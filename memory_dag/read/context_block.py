@@ -41,6 +41,7 @@ from memory_dag.index.search import SearchFilters
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.memories.categories import CategoryConfig, load_categories
 from memory_dag.memories.change_log import StoredChanges, delta_of, live_changes, stored_changes
+from memory_dag.paths import resolved
 from memory_dag.read.query import fit_tokens, index_kinds
 from memory_dag.read.results import Candidate, RetrievalResult
 from memory_dag.read.retriever import RetrievalConfig, Retriever
@@ -284,7 +285,7 @@ def _stored_view(settings: Settings, conversation_id: str, since_rev: int | None
     signature = store_signature(db_path)
     if signature is None:
         raise FileNotFoundError(f"no memory store at {db_path}")
-    key = (str(db_path.resolve()), signature, conversation_id, since_rev)
+    key = (str(resolved(db_path)), signature, conversation_id, since_rev)
     with _stored_views_lock:
         cached = _stored_views.get(key)
     if cached is not None:

@@ -19,6 +19,7 @@ from memory_dag.index.delta import Overlay
 from memory_dag.index.search import SearchHit
 from memory_dag.memories.entities import extract_entities
 from memory_dag.memories.lookups import superseded_turns
+from memory_dag.paths import resolved
 from memory_dag.read.results import Candidate, RelatedMemory
 from memory_dag.store.connection import StoreLockedError, open_store
 
@@ -69,7 +70,7 @@ def store_snapshot(db_path: Path, lock_timeout: float = 0.0) -> tuple[StoreSigna
     signature = store_signature(db_path)
     if signature is None:
         return None, "no store"
-    key = db_path.resolve()
+    key = resolved(db_path)
     with _snapshots_lock:
         cached = _snapshots.get(key)
         if cached is not None and cached.signature == signature:
