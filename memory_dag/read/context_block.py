@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -372,7 +373,7 @@ def _assemble(sections: list[_Section], budget: int) -> tuple[str, dict[str, int
     for section in sections:
         for line in section.lines:
             if section.cap is not None:
-                line = fit_tokens(line, section.cap)
+                line = _fit_cached(line, section.cap)
             kept[section.name].append(line)
             if count_tokens(render()) <= budget:
                 continue
@@ -381,6 +382,13 @@ def _assemble(sections: list[_Section], budget: int) -> tuple[str, dict[str, int
                 _fit_paragraph(kept[section.name], line, render, budget)
             return render(), _counts(kept)
     return render(), _counts(kept)
+
+
+@lru_cache(maxsize=64)
+def _fit_cached(paragraph: str, cap: int) -> str:
+    """`fit_tokens` of a capped paragraph (the conversation summary: the same text at every
+    call until a pipeline writes a new one, tens of thousands of characters to encode)."""
+    return fit_tokens(paragraph, cap)
 
 
 def _counts(kept: dict[str, list[str]]) -> dict[str, int]:
