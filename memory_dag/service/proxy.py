@@ -247,6 +247,8 @@ class _Turn:
             )
         except Exception:  # a background task has nobody to answer: log it
             log.exception("recording the turn of %s failed", self.conversation_id)
+            return
+        service.memory.refresh(user_id=self.user_id)  # the next request reads it laid already
 
 
 def _text(content: Any) -> str:

@@ -171,3 +171,17 @@ def test_forgetting_a_published_fact_drawn_from_a_turn_extends_the_overlay(
     assert learned[0].id in extended.dead and extended.superseded
     assert_same(extended, from_scratch(searcher))
     assert answers(memory) == answers_from_scratch(memory)
+
+
+def test_refresh_lays_the_new_writes_before_the_next_read(memory: Memory) -> None:
+    searcher = get_searcher(memory.settings)
+    memory.search("warm up", user_id=USER)
+    memory.add([{"role": "user", "content": "My code word is mango."}], user_id=USER)
+    folder = str(Path(memory.settings.index_dir).resolve())
+    stale = delta._overlays[folder].overlay
+    assert not any("mango" in row["text"] for row in stale.rows)
+    memory.refresh(user_id=USER)
+    laid = delta._overlays[folder].overlay
+    assert any("mango" in row["text"] for row in laid.rows)
+    assert searcher.overlay() is laid  # the read finds it laid: nothing left to extend
+    assert_same(laid, from_scratch(searcher))
