@@ -2,10 +2,14 @@
 
 The read path never opens the DuckDB file: it reads the last published index version
 (`index_files.py`), so a search during a running pipeline neither waits nor fails.
+
+(Over 500 lines on purpose: one search's path, from the filtered scope through candidates,
+fusion, context boosts and the delta's rows to the hits, is read top to bottom here.)
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -38,6 +42,8 @@ EXACT_SCOPE_ROWS = 20_000
 ZSCORE_SCALE = 4.0
 #: Rows sampled for the cosine mean and spread of a larger scope.
 STATS_SAMPLE_ROWS = 4_096
+#: Queries whose BM25 scores and vector a searcher keeps (`Searcher._query_signals`).
+QUERY_CACHE = 8
 
 
 @dataclass
@@ -202,6 +208,8 @@ class Searcher:
         self._stats_sample = np.sort(sample)
         self._sample_vectors = np.asarray(self.index.vectors[self._stats_sample])
         self._speakers_by_scope: dict[object, np.ndarray] = {}
+        self._queries: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._query_lock = threading.Lock()
 
     def search(
         self,
@@ -231,8 +239,7 @@ class Searcher:
         query_text, named_speaker = self._speaker_aware_query(
             query, scope_rows, self._scope_key(filters, scope)
         )
-        bm25_all = index.text.scores(query_text)
-        query_vector = self.provider.embed([query_text])[0] if self.provider is not None else None
+        bm25_all, query_vector = self._query_signals(query_text)
         live_bm25 = overlay.bm25(query_text, index)[live]
         live_cosine = (
             overlay.vectors[live] @ query_vector
@@ -282,6 +289,25 @@ class Searcher:
             else:
                 hits.append(_live_hit(overlay, int(live[position - len(pool)]), *signals))
         return hits
+
+    def _query_signals(self, query_text: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """BM25 of every published row and the query's vector, kept for the last few queries:
+        a context block searches twice with one query (its memories, then the always-shown
+        categories), a caller often repeats one. Read-only, so no search can change them."""
+        with self._query_lock:
+            found = self._queries.get(query_text)
+        if found is not None:
+            return found
+        bm25_all = self.index.text.scores(query_text)
+        bm25_all.setflags(write=False)
+        vector = self.provider.embed([query_text])[0] if self.provider is not None else None
+        if vector is not None:
+            vector.setflags(write=False)
+        with self._query_lock:
+            while len(self._queries) >= QUERY_CACHE:
+                self._queries.pop(next(iter(self._queries)))
+            self._queries[query_text] = (bm25_all, vector)
+        return bm25_all, vector
 
     # --- the delta segment (live writes since the published version) -------------------------
 
