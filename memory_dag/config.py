@@ -30,6 +30,7 @@ ENV_FIELDS: dict[str, str] = {
     "LLM_TIMEOUT": "llm_timeout",
     "WORKSPACE_EXTRA_ROOTS": "workspace_extra_roots",
     "SQL_EXTERNAL_ACCESS": "sql_external_access",
+    "COMPUTE_THREADS": "compute_threads",
 }
 
 
@@ -79,6 +80,11 @@ class Settings(BaseModel):
     llm_model: str | None = None
     llm_api_key: str | None = Field(None, exclude=True, repr=False)
     llm_timeout: float = 60.0
+
+    #: BLAS / OpenMP threads of a process that serves reads (`Memory`, `memory-dag serve`;
+    #: `compute_threads.py`): 1, as a search's small products only wait for more; 0 leaves
+    #: the process's pools as they are.
+    compute_threads: int = 1
 
     @model_validator(mode="after")
     def _index_beside_store(self) -> Settings:

@@ -46,10 +46,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from memory_dag.index.overlay_columns import Postings, RowColumns
 from memory_dag.index.published import PublishedIndex
 from memory_dag.index.search_text import bm25_documents
 from memory_dag.index.text_index import K1, B, tokenize
 from memory_dag.memories.journal import write_durably
+from memory_dag.paths import resolved
 
 DELTA_FILE = "delta.jsonl"
 #: A writer compacts the delta once it holds this many records the published version has.
@@ -195,7 +197,7 @@ _files_lock = threading.Lock()
 
 def delta_file(index_dir: Path) -> DeltaFile:
     """The process's reader of an index folder's delta file."""
-    path = delta_path(index_dir).resolve()
+    path = resolved(delta_path(index_dir))
     with _files_lock:
         reader = _files.get(path)
         if reader is None:
@@ -243,9 +245,9 @@ class Overlay:
     users: set[str] = field(default_factory=set)
     kinds: set[str] = field(default_factory=set)
     hidden_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    _terms: list[Counter[str]] = field(default_factory=list)
-    _lengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _document_frequency: Counter[str] = field(default_factory=Counter)
+    #: The rows' filter columns and BM25 postings (`overlay_columns`), extended with them.
+    _columns: RowColumns = field(default_factory=RowColumns)
+    _postings: Postings = field(default_factory=Postings)
     _indexed_turns: _IndexedTurns | None = None
 
     def __len__(self) -> int:
@@ -269,9 +271,8 @@ class Overlay:
             users=set(self.users),
             kinds=set(self.kinds),
             hidden_rows=self.hidden_rows,
-            _terms=list(self._terms),
-            _lengths=self._lengths,
-            _document_frequency=Counter(self._document_frequency),
+            _columns=self._columns,
+            _postings=self._postings,
             _indexed_turns=self._indexed_turns,
         )
 
@@ -279,66 +280,34 @@ class Overlay:
 
     def allowed(self, filters: Any) -> np.ndarray:
         """Positions of the rows that pass `SearchFilters` (as `search.allowed_rows` does)."""
-        return np.asarray(
-            [i for i, row in enumerate(self.rows) if _passes(row, filters)], dtype=np.int64
-        )
+        return self._columns.allowed(filters)
+
+    def said_by(self, positions: np.ndarray, name: str) -> np.ndarray:
+        """Mask over `positions`: rows whose lower-cased speaker is `name`."""
+        return self._columns.said_by(positions, name)
 
     # ----------------------------------------------------------------- scoring
 
     def bm25(self, query: str, index: PublishedIndex) -> np.ndarray:
         """BM25 of every row for `query`, with the published version's term statistics (the
-        delta's own rows counted in), so its scores compare with the version's."""
+        delta's own rows counted in), so its scores compare with the version's. Only the rows
+        holding a query term are touched (the others would add zero)."""
         scores = np.zeros(len(self.rows), dtype=np.float32)
         if not self.rows:
             return scores
+        postings = self._postings
         total = index.text.size + len(self.rows)
-        average = index.text.avg_length or float(self._lengths.mean() or 1.0)
-        norm = K1 * (1.0 - B) + K1 * B * self._lengths / max(average, 1e-9)
+        average = index.text.avg_length or float(postings.lengths.mean() or 1.0)
+        norm = K1 * (1.0 - B) + K1 * B * postings.lengths / max(average, 1e-9)
         for term in tokenize(query):
-            frequency = index.text.document_frequency(term) + self._document_frequency[term]
-            if not frequency:
+            frequency = index.text.document_frequency(term) + postings.document_frequency(term)
+            held = postings.by_term.get(term)
+            if not frequency or held is None:
                 continue
             idf = np.log1p((total - frequency + 0.5) / (frequency + 0.5))
-            tf = np.asarray([terms[term] for terms in self._terms], dtype=np.float32)
-            scores += (idf * tf / (tf + norm)).astype(np.float32)
+            rows, tf = held
+            scores[rows] += (idf * tf / (tf + norm[rows])).astype(np.float32)
         return scores
-
-
-def _passes(row: Mapping[str, Any], filters: Any) -> bool:
-    if filters is None:
-        return True
-    if filters.conversation is not None and row["conversation_id"] != filters.conversation:
-        return False
-    if filters.session is not None and row["session_id"] != filters.session:
-        return False
-    for column in ("source", "kind", "role", "speaker", "category", "user_id", "agent_id"):
-        wanted = getattr(filters, column)
-        if wanted is not None:
-            accepted = [wanted] if isinstance(wanted, str) else list(wanted)
-            if row[column] not in accepted:
-                return False
-    if filters.kind is None and row["kind"] in (filters.exclude_kinds or ()):
-        return False
-    if filters.path is not None:
-        path, prefix = row["path"] or "", filters.path
-        if not (path == prefix or (prefix.endswith("/") and path.startswith(prefix))):
-            return False
-    importance = row["importance"] if row["importance"] is not None else -1
-    if filters.importance_min is not None and importance < filters.importance_min:
-        return False
-    if filters.importance_max is not None and not 0 <= importance <= filters.importance_max:
-        return False
-    if filters.pinned is not None and bool(row["pinned"]) != filters.pinned:
-        return False
-    updated = _time(row["updated_at"])
-    after, before = filters.updated_after, filters.updated_before
-    if after is not None and (updated is None or updated < _aware(after)):
-        return False
-    return before is None or (updated is not None and updated < _aware(before))
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _time(value: Any) -> datetime | None:
@@ -443,6 +412,7 @@ def extend_overlay(
     overlay.released = (overlay.released - superseded) | (released - overlay.superseded.keys())
     _vectors(overlay, start, vectors, stale, index, embed)
     _text_statistics(overlay, start)
+    overlay._columns = overlay._columns.extended(overlay.rows[start:])
     fresh_rows = [row for row in (index.row_of(i) for i in latest) if row is not None]
     overlay.hidden_rows = np.sort(
         np.concatenate([overlay.hidden_rows, np.asarray(fresh_rows, dtype=np.int64)])
@@ -481,7 +451,7 @@ _TERMS_SEEN_LIMIT = 200_000
 
 
 def _text_statistics(overlay: Overlay, start: int) -> None:
-    """Append the BM25 terms and lengths of the rows from `start` on, count their terms."""
+    """Append the BM25 terms and lengths of the rows from `start` on to the postings."""
     rows = overlay.rows[start:]
     if not rows:
         return
@@ -504,12 +474,7 @@ def _text_statistics(overlay: Overlay, start: int) -> None:
             _terms_seen.clear()
         for key, doc in zip(missing, bm25_documents(frame).to_list(), strict=True):
             _terms_seen[key] = Counter(tokenize(doc))
-    terms = [_terms_seen[k] for k in keys]
-    overlay._terms.extend(terms)
-    lengths = np.asarray([sum(t.values()) for t in terms], dtype=np.float32)
-    overlay._lengths = np.concatenate([overlay._lengths.astype(np.float32), lengths])
-    for counted in terms:
-        overlay._document_frequency.update(counted.keys())
+    overlay._postings = overlay._postings.extended([_terms_seen[k] for k in keys])
 
 
 class _IndexedTurns:
@@ -556,7 +521,7 @@ def current_overlay(
     did not change, extended by the records appended since when it grew, rebuilt from scratch
     when it was rewritten (`compact`, a lost file) or `index` is another version."""
     epoch, generation, records = delta_file(index_dir).read()
-    folder = str(Path(index_dir).resolve())
+    folder = str(resolved(index_dir))
     with _overlays_lock:
         cached = _overlays.get(folder)
     if cached is not None and (cached.version, cached.epoch) == (index.folder.name, epoch):

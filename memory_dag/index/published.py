@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 from memory_dag.index.search_text import bm25_documents
 from memory_dag.index.text_index import TextIndex
 from memory_dag.index.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
+from memory_dag.paths import resolved
 
 FORMAT_VERSION = 3  # bump when the folder layout or row columns change
 KEEP_VERSIONS = 2  # the live one and its predecessor (a reader may still be loading it)
@@ -417,7 +418,7 @@ _cache_lock = threading.Lock()
 
 def cached_index(index_dir: Path) -> PublishedIndex:
     """The current version, loaded once per process and reloaded when CURRENT changes."""
-    key = index_dir.resolve()
+    key = resolved(index_dir)
     name = current_version(key)
     with _cache_lock:
         loaded = _cache.get(key)

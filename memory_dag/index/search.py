@@ -10,6 +10,7 @@ stages are in `read/`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from memory_dag.index.published import (
 )
 from memory_dag.index.search_text import names_in, participant_names, strip_names
 from memory_dag.index.vector_index import search_faiss
+from memory_dag.paths import resolved
 from memory_dag.scope import Scope
 
 Fusion = Literal["zscore", "blend", "rrf"]
@@ -41,6 +43,8 @@ EXACT_SCOPE_ROWS = 20_000
 ZSCORE_SCALE = 4.0
 #: Rows sampled for the cosine mean and spread of a larger scope.
 STATS_SAMPLE_ROWS = 4_096
+#: Queries whose BM25 scores and vector a searcher keeps (`Searcher._query_signals`).
+QUERY_CACHE = 8
 
 
 @dataclass
@@ -205,6 +209,8 @@ class Searcher:
         self._stats_sample = np.sort(sample)
         self._sample_vectors = np.asarray(self.index.vectors[self._stats_sample])
         self._speakers_by_scope: dict[object, np.ndarray] = {}
+        self._queries: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._query_lock = threading.Lock()
 
     def search(
         self,
@@ -234,8 +240,7 @@ class Searcher:
         query_text, named_speaker = self._speaker_aware_query(
             query, scope_rows, self._scope_key(filters, scope)
         )
-        bm25_all = index.text.scores(query_text)
-        query_vector = self.provider.embed([query_text])[0] if self.provider is not None else None
+        bm25_all, query_vector = self._query_signals(query_text)
         live_bm25 = overlay.bm25(query_text, index)[live]
         live_cosine = (
             overlay.vectors[live] @ query_vector
@@ -285,6 +290,25 @@ class Searcher:
             else:
                 hits.append(_live_hit(overlay, int(live[position - len(pool)]), *signals))
         return hits
+
+    def _query_signals(self, query_text: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """BM25 of every published row and the query's vector, kept for the last few queries:
+        a context block searches twice with one query (its memories, then the always-shown
+        categories), a caller often repeats one. Read-only, so no search can change them."""
+        with self._query_lock:
+            found = self._queries.get(query_text)
+        if found is not None:
+            return found
+        bm25_all = self.index.text.scores(query_text)
+        bm25_all.setflags(write=False)
+        vector = self.provider.embed([query_text])[0] if self.provider is not None else None
+        if vector is not None:
+            vector.setflags(write=False)
+        with self._query_lock:
+            while len(self._queries) >= QUERY_CACHE:
+                self._queries.pop(next(iter(self._queries)))
+            self._queries[query_text] = (bm25_all, vector)
+        return bm25_all, vector
 
     # --- the delta segment (live writes since the published version) -------------------------
 
@@ -338,9 +362,8 @@ class Searcher:
     ) -> np.ndarray:
         if named_speaker is None or not self.settings.speaker_boost or not len(live):
             return np.zeros(len(live))
-        name = self.index.speakers[named_speaker]
-        said = [(overlay.rows[i]["speaker"] or "").lower() == name for i in live]
-        return self.settings.speaker_boost * np.asarray(said, dtype=np.float64)
+        said = overlay.said_by(live, self.index.speakers[named_speaker])
+        return self.settings.speaker_boost * said.astype(np.float64)
 
     def kinds(self) -> list[str]:
         """Kinds of rows this searcher can return: the version's and the delta's."""
@@ -648,7 +671,7 @@ def search(
 def get_searcher(settings: Settings) -> Searcher:
     """A searcher for the current index version, cached per process (warm queries are fast)."""
     index = live_index(settings)
-    key = (str(Path(settings.index_dir).resolve()), index.folder.name or "(none)")
+    key = (str(resolved(settings.index_dir)), index.folder.name or "(none)")
     searcher = _searchers.get(key)
     if searcher is None or searcher.settings != settings:
         searcher = Searcher(settings, index)

@@ -18,6 +18,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, model_validator
 
+from memory_dag.paths import resolved
+
 DEFAULT_PATH = Path(__file__).with_name("categories.yaml")
 ENV_VAR = "MEMORY_DAG_CATEGORIES"
 PROCEDURAL = "procedural"
@@ -113,7 +115,7 @@ class CategoryConfig(BaseModel):
 def load_categories(path: Path | str | None = None) -> CategoryConfig:
     """The category file at `path`, `$MEMORY_DAG_CATEGORIES`, or the packaged default."""
     chosen = Path(path or os.environ.get(ENV_VAR) or DEFAULT_PATH)
-    return _load(chosen.resolve(), chosen.stat().st_mtime_ns)
+    return _load(resolved(chosen), chosen.stat().st_mtime_ns)
 
 
 @lru_cache(maxsize=8)

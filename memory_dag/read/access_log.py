@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from memory_dag.config import Settings
+from memory_dag.paths import resolved
 from memory_dag.store.connection import insert_arrow, open_store, to_json
 
 
@@ -83,7 +84,7 @@ _access_logs_lock = threading.Lock()
 
 def get_access_log(settings: Settings) -> AccessLog:
     """One access log per store and process."""
-    folder = access_log_dir(settings).resolve()
+    folder = resolved(access_log_dir(settings))
     with _access_logs_lock:
         log = _access_logs.get(folder)
         if log is None:

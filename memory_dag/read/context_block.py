@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from memory_dag.index.search import SearchFilters
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.memories.categories import CategoryConfig, load_categories
 from memory_dag.memories.change_log import StoredChanges, delta_of, live_changes, stored_changes
+from memory_dag.paths import resolved
 from memory_dag.read.query import fit_tokens, index_kinds
 from memory_dag.read.results import Candidate, RetrievalResult
 from memory_dag.read.retriever import RetrievalConfig, Retriever
@@ -284,7 +286,7 @@ def _stored_view(settings: Settings, conversation_id: str, since_rev: int | None
     signature = store_signature(db_path)
     if signature is None:
         raise FileNotFoundError(f"no memory store at {db_path}")
-    key = (str(db_path.resolve()), signature, conversation_id, since_rev)
+    key = (str(resolved(db_path)), signature, conversation_id, since_rev)
     with _stored_views_lock:
         cached = _stored_views.get(key)
     if cached is not None:
@@ -371,7 +373,7 @@ def _assemble(sections: list[_Section], budget: int) -> tuple[str, dict[str, int
     for section in sections:
         for line in section.lines:
             if section.cap is not None:
-                line = fit_tokens(line, section.cap)
+                line = _fit_cached(line, section.cap)
             kept[section.name].append(line)
             if count_tokens(render()) <= budget:
                 continue
@@ -380,6 +382,13 @@ def _assemble(sections: list[_Section], budget: int) -> tuple[str, dict[str, int
                 _fit_paragraph(kept[section.name], line, render, budget)
             return render(), _counts(kept)
     return render(), _counts(kept)
+
+
+@lru_cache(maxsize=64)
+def _fit_cached(paragraph: str, cap: int) -> str:
+    """`fit_tokens` of a capped paragraph (the conversation summary: the same text at every
+    call until a pipeline writes a new one, tens of thousands of characters to encode)."""
+    return fit_tokens(paragraph, cap)
 
 
 def _counts(kept: dict[str, list[str]]) -> dict[str, int]:

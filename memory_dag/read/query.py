@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memory_dag.config import Settings
 from memory_dag.index.search import SearchFilters
-from memory_dag.ingest.tokens import count_tokens, decode, encode
+from memory_dag.ingest.tokens import count_tokens, decode, encode, get_encoding
 from memory_dag.memories.categories import AccessDenied, CategoryConfig, load_categories
 from memory_dag.memory_results import Result
 from memory_dag.read.results import Candidate
@@ -266,9 +266,15 @@ def fit_results(results: list[MemoryBullet], budget: int | None) -> tuple[list[M
 
 def fit_tokens(text: str, budget: int) -> str:
     """`text` cut to at most `budget` tokens, ending in "…" when cut."""
-    if count_tokens(text) <= budget:
-        return text
-    ids = encode(text)[: max(budget - 1, 0)]
+    if get_encoding() is None:  # no tokenizer: counts are estimates, as `count_tokens` says
+        if count_tokens(text) <= budget:
+            return text
+        ids = encode(text)[: max(budget - 1, 0)]
+    else:
+        ids = encode(text)  # one encoding for the count and the cut (a summary: ~20 ms each)
+        if len(ids) <= budget:
+            return text
+        ids = ids[: max(budget - 1, 0)]
     while ids:
         cut = decode(ids).rstrip() + ELLIPSIS
         if count_tokens(cut) <= budget:

@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from memory_dag.index.published import IndexNotBuiltError
@@ -43,6 +44,7 @@ from memory_dag.service.identity import (
     is_loopback,
     token_of,
 )
+from memory_dag.service.learner import Learner
 from memory_dag.store.connection import StoreLockedError
 from memory_dag.store.shards import RouteRequired
 
@@ -94,6 +96,8 @@ class Service:
         self.config = config
         self.keys = keys
         self.upstream: httpx.AsyncClient | None = None
+        #: Learns the proxy's turns after their answers, off the requests' cycles.
+        self.learner = Learner()
 
     def identify(self, headers: Any) -> Identity | None:
         """The caller of a request; None when keys are configured and it has no valid one."""
@@ -266,6 +270,7 @@ def create_app(memory: Memory | None = None, config: ServiceConfig | None = None
             service.upstream = client
             yield
             service.upstream = None
+        await run_in_threadpool(service.learner.close)  # the turns answered are learned
 
     app = FastAPI(
         title="memory-dag",

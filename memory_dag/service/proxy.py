@@ -13,8 +13,9 @@
    `Authorization` unless that carried a memory-dag key); an upstream error comes back with
    the upstream's status and body, a timeout as 504, an unreachable or malformed upstream 502;
 4. after the answer (or the stream's last chunk) the user turn and the assistant's answer are
-   recorded and the user turn's facts extracted (`Memory.add`) in a background task: the
-   response never waits for it.
+   recorded and the user turn's facts extracted (`Memory.add`) by the service's learner
+   (`learner.py`: one thread, turns in the order answered, off the request's cycle): neither
+   the response nor the next request on the connection waits for it.
 
 `GET /v1/models` is passed through.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -87,7 +88,8 @@ async def chat_completions(request: Request) -> Response:
     if isinstance(turn, Response):
         return turn
     if turn.message is not None:
-        block = await run_in_threadpool(turn.context, service)
+        with service.learner.busy():
+            block = await run_in_threadpool(turn.context, service)
         if block:
             body["messages"] = _with_context(body["messages"], block)
     url, headers = _upstream(service, "/chat/completions", request)
@@ -106,7 +108,10 @@ async def chat_completions(request: Request) -> Response:
         reply = completion["choices"][0]["message"].get("content") or ""
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return error(502, "upstream_malformed", "the upstream's answer is not a chat completion")
-    return JSONResponse(completion, background=BackgroundTask(turn.learn, service, reply))
+    return JSONResponse(
+        completion,
+        background=BackgroundTask(_learn_later, service, lambda: turn.learn(service, reply)),
+    )
 
 
 async def _streamed(
@@ -146,8 +151,13 @@ async def _streamed(
         relay(),
         status_code=answer.status_code,
         media_type=answer.headers.get("content-type", "text/event-stream"),
-        background=BackgroundTask(learn_all),
+        background=BackgroundTask(_learn_later, service, learn_all),
     )
+
+
+async def _learn_later(service: Service, job: Callable[[], None]) -> None:
+    """Hand `job` to the learner once the answer is sent (async: no thread hop to enqueue)."""
+    service.learner.submit(job)
 
 
 def _deltas(lines: list[bytes]) -> list[str]:
@@ -237,6 +247,8 @@ class _Turn:
             )
         except Exception:  # a background task has nobody to answer: log it
             log.exception("recording the turn of %s failed", self.conversation_id)
+            return
+        service.memory.refresh(user_id=self.user_id)  # the next request reads it laid already
 
 
 def _text(content: Any) -> str:

@@ -46,9 +46,18 @@ def assert_same(extended: Overlay, scratch: Overlay) -> None:
         scratch.kinds,
     )
     assert np.array_equal(extended.hidden_rows, scratch.hidden_rows)
-    assert extended._terms == scratch._terms
-    assert np.array_equal(extended._lengths, scratch._lengths)
-    assert extended._document_frequency == scratch._document_frequency
+    assert extended._postings.by_term.keys() == scratch._postings.by_term.keys()
+    for term, (rows, counts) in scratch._postings.by_term.items():
+        assert np.array_equal(extended._postings.by_term[term][0], rows), term
+        assert np.array_equal(extended._postings.by_term[term][1], counts), term
+    assert np.array_equal(extended._postings.lengths, scratch._postings.lengths)
+    for name in scratch._columns.coded:
+        values = [row[name] for row in scratch.rows]
+        mine = extended._columns.coded[name]
+        inverse = {code: value for value, code in mine.lookup.items()}
+        assert [inverse[int(c)] for c in mine.codes] == values, name
+    for name in ("importance", "pinned", "updated_us", "has_updated"):
+        assert np.array_equal(getattr(extended._columns, name), getattr(scratch._columns, name))
 
 
 def answers(memory: Memory) -> list[list[tuple[str, float]]]:
@@ -162,3 +171,17 @@ def test_forgetting_a_published_fact_drawn_from_a_turn_extends_the_overlay(
     assert learned[0].id in extended.dead and extended.superseded
     assert_same(extended, from_scratch(searcher))
     assert answers(memory) == answers_from_scratch(memory)
+
+
+def test_refresh_lays_the_new_writes_before_the_next_read(memory: Memory) -> None:
+    searcher = get_searcher(memory.settings)
+    memory.search("warm up", user_id=USER)
+    memory.add([{"role": "user", "content": "My code word is mango."}], user_id=USER)
+    folder = str(Path(memory.settings.index_dir).resolve())
+    stale = delta._overlays[folder].overlay
+    assert not any("mango" in row["text"] for row in stale.rows)
+    memory.refresh(user_id=USER)
+    laid = delta._overlays[folder].overlay
+    assert any("mango" in row["text"] for row in laid.rows)
+    assert searcher.overlay() is laid  # the read finds it laid: nothing left to extend
+    assert_same(laid, from_scratch(searcher))

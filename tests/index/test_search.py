@@ -125,3 +125,21 @@ def test_search_works_while_another_process_writes_the_store(built: Settings) ->
 def test_search_before_any_ingest_says_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="memory-dag ingest"):
         search("x", settings=Settings(index_dir=tmp_path / "none"))
+
+
+def test_a_repeated_query_reuses_its_scores_and_answers_the_same(built: Settings) -> None:
+    searcher = Searcher(built)
+    fresh = [(h.id, h.score) for h in searcher.search("name of the cat", k=5, min_score=0.0)]
+    kept = searcher._queries["name of the cat"]
+    again = searcher.search(
+        "name of the cat", k=5, min_score=0.0, filters=SearchFilters(conversation="conv-a")
+    )
+    assert searcher._queries["name of the cat"] is kept  # computed once
+    assert not kept[0].flags.writeable  # no search can change what the next one reads
+    assert [(h.id, h.score) for h in searcher.search("name of the cat", k=5, min_score=0.0)] == (
+        fresh
+    )
+    assert {h.conversation_id for h in again} == {"conv-a"}
+    for n in range(20):  # bounded
+        searcher.search(f"query {n}", k=1)
+    assert len(searcher._queries) <= 8
