@@ -13,7 +13,7 @@ import pytest
 from memory_dag.config import Settings
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT
 from memory_dag.memories.sessions import scan_sessions, sessions_fingerprint
-from memory_dag.memories.write_path import WriteReport
+from memory_dag.memories.write_path import WriteReport, consolidate
 from memory_dag.pipeline import run_all
 from memory_dag.scope import Scope
 from memory_dag.store.connection import fetch_dicts, open_store
@@ -212,9 +212,11 @@ def test_pizza_conversation_keeps_the_latest_truth_and_its_history(
     assert sam["type"] == "person"  # the speaker of the facts
     assert {r["memory_id"] for r in about_sam} == {loved["id"], hate_fact["id"], wife_fact["id"]}
 
-    # The whole write path over the same input again: nothing is added, nothing is asked.
+    # The same input again: the pipeline finds nothing due and runs its files stage alone; the
+    # write path itself, run anyway, adds nothing and asks nothing.
     before, asked = table_counts(settings), len(openai_server.chat_requests)
-    again = facts_report(run_all(settings))
+    assert [report.stage for report in run_all(settings)] == ["files"]
+    again = consolidate(settings)
     assert table_counts(settings) == before
     assert len(openai_server.chat_requests) == asked
     assert again.counts["turns_examined"] == again.counts["facts_added"] == 0
@@ -273,7 +275,8 @@ def test_turns_of_the_open_session_become_facts_as_they_arrive(
     assert active == sorted([hates, "Sam's wife is named Anne."])
     closed = rows(settings, "SELECT * FROM sessions_consolidations WHERE session_id = 's1'")
     assert closed[0]["consolidated_at"] is not None and closed[0]["facts_written"] == 3
-    assert facts_report(run_all(settings)).counts["turns_examined"] == 0
+    assert [report.stage for report in run_all(settings)] == ["files"]  # nothing due
+    assert consolidate(settings).counts["turns_examined"] == 0  # nor for the write path itself
 
 
 def test_facts_that_break_the_writing_rules_are_rejected_and_counted(
@@ -417,7 +420,8 @@ def test_a_newer_session_closes_the_older_one_and_an_edited_transcript_is_reopen
     assert len(reopened) == 1 and "sessions/demo/s1.jsonl" in reopened[0]["detail"]
 
     before = table_counts(settings)
-    assert facts_report(run_all(settings)).counts["turns_examined"] == 0
+    assert [report.stage for report in run_all(settings)] == ["files"]  # nothing due
+    assert consolidate(settings).counts["turns_examined"] == 0  # nor for the write path itself
     assert table_counts(settings) == before
 
 
