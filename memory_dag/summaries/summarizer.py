@@ -88,6 +88,9 @@ _LIST_MARKER = re.compile(r"^[-*•]\s+")
 SUPERSEDED_MARK = "[superseded] "
 #: How strongly the extractive selection avoids sentences similar to ones already chosen.
 _REDUNDANCY_PENALTY = 0.5
+#: Sentence → token count, for `sentence_tokens` (at most this many kept).
+_SENTENCE_TOKENS: dict[str, int] = {}
+_SENTENCE_TOKENS_MAX = 200_000
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -214,8 +217,13 @@ def _summarize(
         summary = engine.standard(content, prior, content_type, budget)
         return _result(level, summary, None, input_tokens, engine.method)
 
-    chunks = chunk_text(content, config.chunk_size, config.chunk_overlap, tokens=input_tokens)
-    chunk_tokens = count_tokens_batch(chunks)
+    chunks, known = _chunks_counted(
+        content, config.chunk_size, config.chunk_overlap, tokens=input_tokens
+    )
+    # Chunking counted most chunks already: only the others are encoded again.
+    unknown = [i for i, count in enumerate(known) if count is None]
+    counted = dict(zip(unknown, count_tokens_batch([chunks[i] for i in unknown]), strict=True))
+    chunk_tokens = [count if count is not None else counted[i] for i, count in enumerate(known)]
 
     def summarize_chunk(index: int) -> str:
         budget = _budget(CHUNK_RATIO, chunk_tokens[index])
@@ -281,20 +289,29 @@ def chunk_text(
     `overlap` tokens of the previous chunk, so a fact cut by a boundary is whole in one chunk.
     `tokens` is the text's token count when the caller knows it already.
     """
+    return _chunks_counted(text, chunk_size, overlap, tokens=tokens)[0]
+
+
+def _chunks_counted(
+    text: str, chunk_size: int, overlap: int, *, tokens: int | None = None
+) -> tuple[list[str], list[int | None]]:
+    """`chunk_text`'s chunks and the token count of each that it counted (None: not counted)."""
     if chunk_size < 1:
         raise ValueError("chunk_size must be at least 1")
     if not 0 <= overlap < chunk_size:
         raise ValueError("overlap must be at least 0 and smaller than chunk_size")
     if not text.strip():
-        return []
-    if (count_tokens(text) if tokens is None else tokens) <= chunk_size:
-        return [text]
+        return [], []
+    total = count_tokens(text) if tokens is None else tokens
+    if total <= chunk_size:
+        return [text], [total]
 
     unit_limit = max(1, chunk_size - overlap - _JOIN_MARGIN)
     units = _split_units(text, unit_limit)
     costs = count_tokens_batch([sep + piece for sep, piece in units])
 
     chunks: list[str] = []
+    counts: list[int | None] = []
     last_ids: list[int] | None = None  # the tokens of chunks[-1], when they were counted
     start = 0
     while start < len(units):
@@ -315,8 +332,9 @@ def chunk_text(
             chunk = prefix + "".join(sep + piece for sep, piece in units[start:end])
             last_ids = None
         chunks.append(chunk)
+        counts.append(len(last_ids) if last_ids is not None else None)
         start = end
-    return chunks
+    return chunks, counts
 
 
 def _count_and_ids(text: str) -> tuple[int, list[int] | None]:
@@ -572,7 +590,7 @@ def extract_sentences(text: str, budget: int, max_sentences: int | None = None) 
     substantial = [len(content) >= MIN_CONTENT_WORDS for content in words]
     if not any(substantial):
         substantial = [True] * len(sentences)
-    lengths = count_tokens_batch(sentences)
+    lengths = sentence_tokens(sentences)
     vectors = _tfidf(words)
     centroid = vectors.mean(axis=0)
     norm = float(np.linalg.norm(centroid))
@@ -605,6 +623,22 @@ def extract_sentences(text: str, budget: int, max_sentences: int | None = None) 
         most_central = int(np.argmax(centrality))
         return _split_by_tokens(sentences[most_central], max(1, budget))[0].strip()
     return " ".join(sentences[i] for i in sorted(chosen))
+
+
+def sentence_tokens(sentences: Sequence[str]) -> list[int]:
+    """Token counts of candidate sentences, each distinct sentence counted once per process.
+
+    The same sentences compete again and again: an L2 or L3 node chooses among the sentences
+    its L1s chose, a rolling summary's prior among the new ones, and a conversation repeats
+    itself; counting each anew was most of the extractive summarizer's time.
+    """
+    known = _SENTENCE_TOKENS
+    missing = [sentence for sentence in dict.fromkeys(sentences) if sentence not in known]
+    if missing:
+        if len(known) + len(missing) > _SENTENCE_TOKENS_MAX:
+            known.clear()  # bounded: a worker process lives on for the next stages
+        known.update(zip(missing, count_tokens_batch(missing), strict=True))
+    return [known[sentence] for sentence in sentences]
 
 
 def _speaker_labels(text: str) -> frozenset[str]:
