@@ -229,6 +229,7 @@ def _summarize(
         budget = _budget(CHUNK_RATIO, chunk_tokens[index])
         return engine.chunk(chunks[index], index, len(chunks), budget)
 
+    engine.prepare(chunks)
     l1_texts = engine.map(summarize_chunk, range(len(chunks)), config.max_concurrency)
     l1 = [
         ChunkSummary(
@@ -461,6 +462,8 @@ class _Engine(Protocol):
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]: ...
 
+    def prepare(self, chunks: Sequence[str]) -> None: ...
+
 
 class _LLMEngine:
     """Every node is one LLM call; any LLM failure becomes a SummarizationError."""
@@ -501,6 +504,9 @@ class _LLMEngine:
     def map(self, fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]:
         return self.llm.map(fn, items, max_concurrency=max_concurrency)
 
+    def prepare(self, chunks: Sequence[str]) -> None:
+        """Nothing to prepare: each chunk is one call."""
+
     def _ask(self, step: str, prompt: str, budget: int) -> str:
         messages = [
             {"role": "system", "content": prompts.SUMMARY_SYSTEM_PROMPT},
@@ -524,8 +530,18 @@ class _ExtractiveEngine:
     def standard(self, content: str, prior: str | None, content_type: str, budget: int) -> str:
         return extract_sentences(_with_prior(content, prior), budget)
 
+    def __init__(self) -> None:
+        self._units: dict[str, list[str]] = {}  # chunk -> its sentences, from `prepare`
+
+    def prepare(self, chunks: Sequence[str]) -> None:
+        """Cut the chunks into sentences and count them all in one batch: thousands of texts
+        are counted by their distinct pieces (`ingest/tokens.py`), not one encode each."""
+        for text in chunks:
+            self._units[text] = extraction_units(text)
+        sentence_tokens([unit for units in self._units.values() for unit in units])
+
     def chunk(self, content: str, index: int, total: int, budget: int) -> str:
-        return extract_sentences(content, budget)
+        return extract_sentences(content, budget, units=self._units.pop(content, None))
 
     def synthesize(self, summaries: Sequence[str], prior: str | None, budget: int) -> str:
         return extract_sentences(_with_prior("\n".join(summaries), prior), budget)
@@ -572,15 +588,18 @@ def extraction_units(text: str) -> list[str]:
     return units
 
 
-def extract_sentences(text: str, budget: int, max_sentences: int | None = None) -> str:
+def extract_sentences(
+    text: str, budget: int, max_sentences: int | None = None, *, units: list[str] | None = None
+) -> str:
     """The most central sentences of `text` that fit in `budget` tokens, in original order.
 
     Centrality is the cosine between a sentence's TF-IDF vector and the text's centroid; a
     penalty for similarity to already chosen sentences spreads the selection over the topics.
     When no sentence fits, the most central one is cut to the budget. The candidates are
-    `extraction_units` (no headers, no pronoun without its referent).
+    `extraction_units` (no headers, no pronoun without its referent), or `units` when the
+    caller cut `text` already.
     """
-    sentences = extraction_units(text)
+    sentences = extraction_units(text) if units is None else units
     if not sentences:
         return ""
     # Speaker labels ("Gina: ...") are in every line of a chat: as words they would make
