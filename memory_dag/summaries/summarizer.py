@@ -21,6 +21,7 @@ choice, chunking, truncation and its two engines (LLM and extractive) behind one
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -32,7 +33,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from threadpoolctl import threadpool_limits
 
 from memory_dag.config import Settings
-from memory_dag.ingest.tokens import CHARS_PER_TOKEN, count_tokens, count_tokens_batch, get_encoding
+from memory_dag.ingest.tokens import (
+    CHARS_PER_TOKEN,
+    CL100K_PATTERN,
+    count_tokens,
+    count_tokens_batch,
+    get_encoding,
+)
 from memory_dag.ingest.tokens import split_by_tokens as _split_by_tokens
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
 from memory_dag.summaries import prompts
@@ -308,8 +315,8 @@ def _chunks_counted(
         return [text], [total]
 
     unit_limit = max(1, chunk_size - overlap - _JOIN_MARGIN)
-    units = _split_units(text, unit_limit)
-    costs = count_tokens_batch([sep + piece for sep, piece in units])
+    units, piece_tokens = _split_units(text, unit_limit)
+    costs = _unit_costs(units, piece_tokens)
 
     chunks: list[str] = []
     counts: list[int | None] = []
@@ -386,26 +393,61 @@ def _truncation_marker(removed: int) -> str:
     return f"\n[... {removed} characters truncated ...]\n"
 
 
-def _split_units(text: str, limit: int) -> list[tuple[str, str]]:
-    """(separator, piece) pairs whose concatenation is `text`, each piece ≤ `limit` tokens."""
+def _split_units(text: str, limit: int) -> tuple[list[tuple[str, str]], list[int | None]]:
+    """(separator, piece) pairs whose concatenation is `text`, each piece ≤ `limit` tokens,
+    and the token count of each piece that was counted whole (None: not counted)."""
     units: list[tuple[str, str]] = []
+    counts: list[int | None] = []
     pending_sep = ""
     for index, part in enumerate(_PARAGRAPH_SPLIT.split(text)):
         if index % 2 == 1 or not part:
             pending_sep += part
             continue
-        for n, (sep, piece) in enumerate(_split_paragraph(part, limit)):
+        tokens = count_tokens(part)
+        pieces = [("", part)] if tokens <= limit else _split_paragraph(part, limit)
+        for n, (sep, piece) in enumerate(pieces):
             units.append((pending_sep + sep if n == 0 else sep, piece))
+            counts.append(tokens if tokens <= limit else None)
             pending_sep = ""
     if pending_sep and units:
         sep, piece = units[-1]
         units[-1] = (sep, piece + pending_sep)
-    return units
+        counts[-1] = None
+    return units, counts
+
+
+def _unit_costs(units: list[tuple[str, str]], piece_tokens: list[int | None]) -> list[int]:
+    """Token counts of each `separator + piece`, without encoding a piece counted already.
+
+    cl100k's pre-tokenizer cuts a separator of whitespace that ends in a line break, followed
+    by a piece that starts with anything but whitespace, into the separator (one piece) and
+    the piece's own pieces: the count is the sum. Other joins are encoded whole.
+    """
+    encoding = get_encoding()
+    exact = encoding is not None and getattr(encoding, "_pat_str", None) == CL100K_PATTERN
+    known: dict[int, int] = {}
+    for i, ((sep, piece), tokens) in enumerate(zip(units, piece_tokens, strict=True)):
+        if exact and tokens is not None and piece[:1].strip() and _joins_cleanly(sep):
+            known[i] = _separator_tokens(sep) + tokens
+    unknown = [i for i in range(len(units)) if i not in known]
+    known.update(
+        zip(unknown, count_tokens_batch(["".join(units[i]) for i in unknown]), strict=True)
+    )
+    return [known[i] for i in range(len(units))]
+
+
+def _joins_cleanly(sep: str) -> bool:
+    """No separator, or whitespace ending in a line break (see `_unit_costs`)."""
+    return not sep or (not sep.strip() and sep.endswith("\n"))
+
+
+@functools.lru_cache(maxsize=256)
+def _separator_tokens(sep: str) -> int:
+    return count_tokens(sep)
 
 
 def _split_paragraph(paragraph: str, limit: int) -> list[tuple[str, str]]:
-    if count_tokens(paragraph) <= limit:
-        return [("", paragraph)]
+    """A paragraph over `limit` tokens as (separator, piece) pairs of sentences and runs."""
     pieces: list[tuple[str, str]] = []
     sep = ""
     for index, part in enumerate(_SENTENCE_SPLIT.split(paragraph)):
