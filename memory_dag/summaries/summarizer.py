@@ -419,9 +419,10 @@ def _split_units(text: str, limit: int) -> tuple[list[tuple[str, str]], list[int
 def _unit_costs(units: list[tuple[str, str]], piece_tokens: list[int | None]) -> list[int]:
     """Token counts of each `separator + piece`, without encoding a piece counted already.
 
-    cl100k's pre-tokenizer cuts a separator of whitespace that ends in a line break, followed
-    by a piece that starts with anything but whitespace, into the separator (one piece) and
-    the piece's own pieces: the count is the sum. Other joins are encoded whole.
+    cl100k's pre-tokenizer never lets a piece of text run across the end of a separator of
+    whitespace that ends in a line break into a piece that starts with anything but
+    whitespace: it cuts the two joined as it cuts them apart, so the count is the sum
+    (`tests/summaries` compares with whole counts). Other joins are encoded whole.
     """
     encoding = get_encoding()
     exact = encoding is not None and getattr(encoding, "_pat_str", None) == CL100K_PATTERN
