@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from memory_dag.embed.providers import EmbeddingProvider
 from memory_dag.ids import text_hash
+from memory_dag.store.connection import listed
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -40,11 +41,12 @@ class VectorCache:
         """Load the cached vectors of these keys; returns the keys found."""
         if not keys:
             return set()
-        cached = self.con.execute(
-            "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
-            "AND hash IN (SELECT unnest(?::TEXT[]))",
-            [self.provider.name, self.provider.model, keys],
-        ).fetchall()
+        with listed(self.con, "_hashes", keys):
+            cached = self.con.execute(
+                "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
+                "AND hash IN (SELECT value FROM _hashes)",
+                [self.provider.name, self.provider.model],
+            ).fetchall()
         for key, embedding in cached:
             self._vectors[key] = np.asarray(embedding, dtype=np.float32)
         return {key for key, _ in cached}

@@ -305,6 +305,7 @@ def _title_case(text: str) -> str:
 
 _POSSESSIVE_END = re.compile(r"['’]s$")
 _NON_SPACE_RUN = re.compile(r"\S+")
+_HAS_SPACE = re.compile(r"\s")
 _EDGE_STOP = _ALWAYS_STOP | _CONNECTORS  # never the first or last word of a name
 _BEFORE_SENTENCE = " \t\"'“‘([*-•"  # what may stand between a sentence's start and its first word
 
@@ -432,9 +433,14 @@ def _cue_entities(text: str, may: Sequence[bool] | None = None) -> list[EntityMe
 
 def _split_run(text: str, match: re.Match[str]) -> list[tuple[int, int]]:
     """Split a capitalised run at stop words, giving the (start, end) of each remaining piece."""
+    initial = _sentence_initial(text, match.start())
+    run = match.group(0)
+    if not _HAS_SPACE.search(run):  # one word (most runs: "I", "The"): the loop below, at once
+        word = _strip_possessive(run).lower()
+        stop = word in _ALWAYS_STOP or (initial and word in _SENTENCE_STARTERS)
+        return [] if stop else [match.span()]
     pieces: list[tuple[int, int]] = []
     current: list[tuple[int, int]] = []
-    initial = _sentence_initial(text, match.start())
     for token in _NON_SPACE_RUN.finditer(text, match.start(), match.end()):
         word = _strip_possessive(token.group(0)).lower()
         stop = word in _ALWAYS_STOP or (initial and not current and word in _SENTENCE_STARTERS)

@@ -30,7 +30,7 @@ from memory_dag.memories.entities import (
     extract_entities_batch,
     resolve,
 )
-from memory_dag.store.connection import insert_arrow
+from memory_dag.store.connection import insert_arrow, listed
 
 #: An entity of type `other` takes a specific type from a mention at least this confident:
 #: "my wife Anne" (0.9) makes "Anne" a person; "working on Jon's business" (0.8) must not make
@@ -197,17 +197,20 @@ class EntityLinker:
 
     def _write_links(self, items: list[tuple[str, str]]) -> None:
         memory_ids = list(dict.fromkeys(memory_id for memory_id, _ in items))
+        with listed(self.con, "_linked_ids", memory_ids):  # one view for the three statements
+            self._write_links_of(items, memory_ids)
+
+    def _write_links_of(self, items: list[tuple[str, str]], memory_ids: list[str]) -> None:
+        """`_write_links` with `memory_ids` readable as the view `_linked_ids`."""
         # Memories processed again (a re-ingested episode) lose their old links first.
         self.con.execute(
             "UPDATE entities SET mention_count = entities.mention_count - gone.n "
             "FROM (SELECT entity_id, count(*) AS n FROM memory_entities "
-            "      WHERE memory_id IN (SELECT unnest(?::TEXT[])) GROUP BY entity_id) gone "
-            "WHERE entities.id = gone.entity_id",
-            [memory_ids],
+            "      WHERE memory_id IN (SELECT value FROM _linked_ids) GROUP BY entity_id) gone "
+            "WHERE entities.id = gone.entity_id"
         )
         self.con.execute(
-            "DELETE FROM memory_entities WHERE memory_id IN (SELECT unnest(?::TEXT[]))",
-            [memory_ids],
+            "DELETE FROM memory_entities WHERE memory_id IN (SELECT value FROM _linked_ids)"
         )
         now = datetime.now(UTC)
         links: list[dict[str, Any]] = []
@@ -267,8 +270,8 @@ class EntityLinker:
             insert_arrow(self.con, "memory_entities", pa.Table.from_pylist(links, _LINK_SCHEMA))
         self.con.execute(
             "UPDATE memories SET attributes = json_merge_patch(coalesce(attributes, '{}'::JSON), "
-            "json_object('entities_at', ?::VARCHAR)) WHERE id IN (SELECT unnest(?::TEXT[]))",
-            [now.isoformat(), memory_ids],
+            "json_object('entities_at', ?::VARCHAR)) WHERE id IN (SELECT value FROM _linked_ids)",
+            [now.isoformat()],
         )
         for entity in touched.values():
             entity.new = entity.dirty = False

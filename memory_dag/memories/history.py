@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from memory_dag.store.connection import insert_arrow, to_json
+from memory_dag.store.connection import insert_arrow, registered, to_json
 
 _TS = pa.timestamp("us", tz="UTC")
 _HISTORY_SCHEMA = pa.schema(
@@ -143,12 +143,18 @@ class HistoryLog:
             )
             self._changes = []
             revisions = sorted(self._revisions.items())
-            self.con.execute(
-                "INSERT INTO conversation_revisions (conversation_id, rev) "
-                "SELECT unnest(?::TEXT[]), unnest(?::BIGINT[]) "
-                "ON CONFLICT (conversation_id) DO UPDATE SET rev = excluded.rev",
-                [[c for c, _ in revisions], [r for _, r in revisions]],
+            counters = pa.table(
+                {
+                    "conversation_id": pa.array([c for c, _ in revisions], pa.string()),
+                    "rev": pa.array([r for _, r in revisions], pa.int64()),
+                }
             )
+            with registered(self.con, "_revisions", counters):  # no bound lists: see `listed`
+                self.con.execute(
+                    "INSERT INTO conversation_revisions (conversation_id, rev) "
+                    "SELECT conversation_id, rev FROM _revisions "
+                    "ON CONFLICT (conversation_id) DO UPDATE SET rev = excluded.rev"
+                )
         self._revisions = {}
 
     def reset(self) -> None:

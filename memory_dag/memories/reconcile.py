@@ -63,6 +63,7 @@ enumeration answer one question with one `Decision` vocabulary; the parser serve
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -141,9 +142,15 @@ def dedup_batch(texts: list[str]) -> list[str]:
     return kept
 
 
+@functools.lru_cache(maxsize=65_536)
+def _word_set(text: str) -> frozenset[str]:
+    """`tokens` as a set, kept: a fact is compared with every new fact of its owner."""
+    return frozenset(tokens(text))
+
+
 def jaccard(a: str, b: str) -> float:
     """Jaccard similarity of the two texts' word sets (1.0 for two empty texts)."""
-    set_a, set_b = set(tokens(a)), set(tokens(b))
+    set_a, set_b = _word_set(a), _word_set(b)
     if not set_a and not set_b:
         return 1.0
     return len(set_a & set_b) / len(set_a | set_b)
@@ -289,8 +296,10 @@ def _clean_fact(text: str) -> str:
     return " ".join(text.replace("’", "'").split()).rstrip(".!;, ")
 
 
+@functools.lru_cache(maxsize=65_536)
 def parse_fact(text: str) -> FactParts | None:
-    """Subject, predicate and object of a third-person fact; None for other shapes."""
+    """Subject, predicate and object of a third-person fact; None for other shapes (kept per
+    text: a stored fact is parsed again for each new fact it is related to)."""
     fact = _clean_fact(text)
     possessive = _POSSESSIVE_FORM.fullmatch(fact)
     if possessive:

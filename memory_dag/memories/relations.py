@@ -20,13 +20,24 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
+
+from memory_dag.store.connection import registered
 
 #: Seed 003 §2: edges per new fact, and the least cosine for an edge (see module docstring).
 LINK_TOP_K = 5
 LINK_MIN = 0.70
 RELATED_TO = "related_to"
-_EDGES_PER_STATEMENT = 200
-_EDGE_COLUMNS = ("id", "from_id", "to_id", "relation_type", "strength", "created_at")
+_EDGE_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("from_id", pa.string()),
+        ("to_id", pa.string()),
+        ("relation_type", pa.string()),
+        ("strength", pa.float64()),
+        ("created_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 
 class FactSet:
@@ -87,21 +98,18 @@ def related_edges(
 
 
 def write_edges(con: duckdb.DuckDBPyConnection, edges: list[dict[str, Any]]) -> int:
-    """Insert edges with plain VALUES statements: for the few edges of one write this is
-    several times cheaper than registering an Arrow table (seed 003 §2: <= 2 ms/edge).
+    """Insert edges through one Arrow view: bound VALUES cost ~0.1 ms a value in DuckDB's
+    Python client (it looks for pandas before each), ~35 ms for 200 edges against ~6 ms.
 
     Edges always point from a memory written in this transaction to an older one, so
     neither a duplicate nor a reverse edge can exist yet; UNIQUE (from_id, to_id,
     relation_type) with ON CONFLICT DO NOTHING guards it all the same.
     """
-    inserted = 0
-    for start in range(0, len(edges), _EDGES_PER_STATEMENT):
-        chunk = edges[start : start + _EDGES_PER_STATEMENT]
-        values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
+    if not edges:
+        return 0
+    columns = ", ".join(_EDGE_SCHEMA.names)
+    with registered(con, "_edges", pa.Table.from_pylist(edges, schema=_EDGE_SCHEMA)):
         row = con.execute(
-            f"INSERT INTO relations ({', '.join(_EDGE_COLUMNS)}) VALUES {values} "
-            "ON CONFLICT DO NOTHING",
-            [edge[column] for edge in chunk for column in _EDGE_COLUMNS],
+            f"INSERT INTO relations ({columns}) SELECT {columns} FROM _edges ON CONFLICT DO NOTHING"
         ).fetchone()
-        inserted += int(row[0]) if row else 0
-    return inserted
+    return int(row[0]) if row else 0

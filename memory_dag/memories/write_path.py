@@ -84,7 +84,7 @@ from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory,
 from memory_dag.parallel import process_map
 from memory_dag.reports import StageReport
 from memory_dag.scope import known_category, owner_key
-from memory_dag.store.connection import fetch_dicts, open_store, registered
+from memory_dag.store.connection import fetch_dicts, listed, open_store, registered
 
 ACTOR = "write_path"
 NEIGHBOURS_BY_VECTOR = 5
@@ -151,18 +151,18 @@ def _pending_turns(con: Any, sessions: list[Session]) -> dict[str, list[UserTurn
     if not paths:
         return {}
     examined: set[str] = set()
-    for (meta,) in con.execute(
-        "SELECT meta FROM events WHERE node = ? AND op IN ('consolidate', 'observe') "
-        "AND json_extract_string(meta, '$.path') IN (SELECT unnest(?::TEXT[]))",
-        [NODE, paths],
-    ).fetchall():
-        examined.update(json.loads(meta).get("turns", []))
-    rows = con.execute(
-        "SELECT id, turn_id, path, conversation_id, session_id, speaker, source_role, content, "
-        "event_time, user_id FROM memories WHERE kind = 'episode' AND source_role = 'user' "
-        "AND path IN (SELECT unnest(?::TEXT[])) ORDER BY path, line",
-        [paths],
-    ).fetchall()
+    with listed(con, "_paths", paths):
+        for (meta,) in con.execute(
+            "SELECT meta FROM events WHERE node = ? AND op IN ('consolidate', 'observe') "
+            "AND json_extract_string(meta, '$.path') IN (SELECT value FROM _paths)",
+            [NODE],
+        ).fetchall():
+            examined.update(json.loads(meta).get("turns", []))
+        rows = con.execute(
+            "SELECT id, turn_id, path, conversation_id, session_id, speaker, source_role, "
+            "content, event_time, user_id FROM memories WHERE kind = 'episode' "
+            "AND source_role = 'user' AND path IN (SELECT value FROM _paths) ORDER BY path, line"
+        ).fetchall()
     pending: dict[str, list[UserTurn]] = {path: [] for path in paths}
     for row in rows:
         turn = UserTurn(*row)
@@ -466,12 +466,13 @@ def consolidate(
             ).fetchone()[0]
         )
         counts["facts_active"] = int(con.execute("SELECT count(*) FROM facts").fetchone()[0])
-        report.preview = fetch_dicts(
-            con,
-            "SELECT id, conversation_id, speaker, category, importance, content FROM memories "
-            "WHERE id IN (SELECT unnest(?::TEXT[])) ORDER BY created_at DESC, id LIMIT ?",
-            [written, PREVIEW_ROWS],
-        )
+        with listed(con, "_written", written):
+            report.preview = fetch_dicts(
+                con,
+                "SELECT id, conversation_id, speaker, category, importance, content FROM memories "
+                "WHERE id IN (SELECT value FROM _written) ORDER BY created_at DESC, id LIMIT ?",
+                [PREVIEW_ROWS],
+            )
     report.counts = counts
     report.conversations = sorted(
         {s.conversation_id or "" for s in due if s.path in closing or pending[s.path]}

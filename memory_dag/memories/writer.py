@@ -49,7 +49,7 @@ from memory_dag.memories.entity_links import EntityLinker
 from memory_dag.memories.history import HistoryLog
 from memory_dag.memories.relations import LINK_MIN, LINK_TOP_K, FactSet, related_edges, write_edges
 from memory_dag.scope import OWNER_SQL, check_category, owner_key
-from memory_dag.store.connection import fetch_dicts, insert_arrow, to_json
+from memory_dag.store.connection import fetch_dicts, insert_arrow, listed, to_json
 
 #: Facts decay by default (seed 004); `confirm` sets the rate to 0.
 FACT_DECAY_RATE = 0.1
@@ -275,11 +275,13 @@ class MemoryWriter:
         if not keys:
             return
         found: dict[str, list[tuple[str, str]]] = {key: [] for key in keys}
-        for key, memory_id, content in self.con.execute(
-            f"SELECT {OWNER_SQL}, id, content FROM facts "
-            f"WHERE {OWNER_SQL} IN (SELECT unnest(?::TEXT[])) ORDER BY created_at, id",
-            [keys],
-        ).fetchall():
+        con = self.con
+        with listed(con, "_owners", keys):
+            rows = con.execute(
+                f"SELECT {OWNER_SQL}, id, content FROM facts "
+                f"WHERE {OWNER_SQL} IN (SELECT value FROM _owners) ORDER BY created_at, id"
+            ).fetchall()
+        for key, memory_id, content in rows:
             found[key].append((memory_id, content))
         self._vectors.prefetch([content for rows in found.values() for _, content in rows])
         for key, rows in found.items():  # embedded per owner, as they always were

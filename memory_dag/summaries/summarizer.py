@@ -21,6 +21,7 @@ choice, chunking, truncation and its two engines (LLM and extractive) behind one
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -32,7 +33,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from threadpoolctl import threadpool_limits
 
 from memory_dag.config import Settings
-from memory_dag.ingest.tokens import CHARS_PER_TOKEN, count_tokens, count_tokens_batch, get_encoding
+from memory_dag.ingest.tokens import (
+    CHARS_PER_TOKEN,
+    CL100K_PATTERN,
+    count_tokens,
+    count_tokens_batch,
+    get_encoding,
+)
 from memory_dag.ingest.tokens import split_by_tokens as _split_by_tokens
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
 from memory_dag.summaries import prompts
@@ -88,6 +95,9 @@ _LIST_MARKER = re.compile(r"^[-*•]\s+")
 SUPERSEDED_MARK = "[superseded] "
 #: How strongly the extractive selection avoids sentences similar to ones already chosen.
 _REDUNDANCY_PENALTY = 0.5
+#: Sentence → token count, for `sentence_tokens` (at most this many kept).
+_SENTENCE_TOKENS: dict[str, int] = {}
+_SENTENCE_TOKENS_MAX = 200_000
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -214,13 +224,19 @@ def _summarize(
         summary = engine.standard(content, prior, content_type, budget)
         return _result(level, summary, None, input_tokens, engine.method)
 
-    chunks = chunk_text(content, config.chunk_size, config.chunk_overlap, tokens=input_tokens)
-    chunk_tokens = count_tokens_batch(chunks)
+    chunks, known = _chunks_counted(
+        content, config.chunk_size, config.chunk_overlap, tokens=input_tokens
+    )
+    # Chunking counted most chunks already: only the others are encoded again.
+    unknown = [i for i, count in enumerate(known) if count is None]
+    counted = dict(zip(unknown, count_tokens_batch([chunks[i] for i in unknown]), strict=True))
+    chunk_tokens = [count if count is not None else counted[i] for i, count in enumerate(known)]
 
     def summarize_chunk(index: int) -> str:
         budget = _budget(CHUNK_RATIO, chunk_tokens[index])
         return engine.chunk(chunks[index], index, len(chunks), budget)
 
+    engine.prepare(chunks)
     l1_texts = engine.map(summarize_chunk, range(len(chunks)), config.max_concurrency)
     l1 = [
         ChunkSummary(
@@ -281,20 +297,29 @@ def chunk_text(
     `overlap` tokens of the previous chunk, so a fact cut by a boundary is whole in one chunk.
     `tokens` is the text's token count when the caller knows it already.
     """
+    return _chunks_counted(text, chunk_size, overlap, tokens=tokens)[0]
+
+
+def _chunks_counted(
+    text: str, chunk_size: int, overlap: int, *, tokens: int | None = None
+) -> tuple[list[str], list[int | None]]:
+    """`chunk_text`'s chunks and the token count of each that it counted (None: not counted)."""
     if chunk_size < 1:
         raise ValueError("chunk_size must be at least 1")
     if not 0 <= overlap < chunk_size:
         raise ValueError("overlap must be at least 0 and smaller than chunk_size")
     if not text.strip():
-        return []
-    if (count_tokens(text) if tokens is None else tokens) <= chunk_size:
-        return [text]
+        return [], []
+    total = count_tokens(text) if tokens is None else tokens
+    if total <= chunk_size:
+        return [text], [total]
 
     unit_limit = max(1, chunk_size - overlap - _JOIN_MARGIN)
-    units = _split_units(text, unit_limit)
-    costs = count_tokens_batch([sep + piece for sep, piece in units])
+    units, piece_tokens = _split_units(text, unit_limit)
+    costs = _unit_costs(units, piece_tokens)
 
     chunks: list[str] = []
+    counts: list[int | None] = []
     last_ids: list[int] | None = None  # the tokens of chunks[-1], when they were counted
     start = 0
     while start < len(units):
@@ -315,8 +340,9 @@ def chunk_text(
             chunk = prefix + "".join(sep + piece for sep, piece in units[start:end])
             last_ids = None
         chunks.append(chunk)
+        counts.append(len(last_ids) if last_ids is not None else None)
         start = end
-    return chunks
+    return chunks, counts
 
 
 def _count_and_ids(text: str) -> tuple[int, list[int] | None]:
@@ -367,26 +393,62 @@ def _truncation_marker(removed: int) -> str:
     return f"\n[... {removed} characters truncated ...]\n"
 
 
-def _split_units(text: str, limit: int) -> list[tuple[str, str]]:
-    """(separator, piece) pairs whose concatenation is `text`, each piece ≤ `limit` tokens."""
+def _split_units(text: str, limit: int) -> tuple[list[tuple[str, str]], list[int | None]]:
+    """(separator, piece) pairs whose concatenation is `text`, each piece ≤ `limit` tokens,
+    and the token count of each piece that was counted whole (None: not counted)."""
     units: list[tuple[str, str]] = []
+    counts: list[int | None] = []
     pending_sep = ""
     for index, part in enumerate(_PARAGRAPH_SPLIT.split(text)):
         if index % 2 == 1 or not part:
             pending_sep += part
             continue
-        for n, (sep, piece) in enumerate(_split_paragraph(part, limit)):
+        tokens = count_tokens(part)
+        pieces = [("", part)] if tokens <= limit else _split_paragraph(part, limit)
+        for n, (sep, piece) in enumerate(pieces):
             units.append((pending_sep + sep if n == 0 else sep, piece))
+            counts.append(tokens if tokens <= limit else None)
             pending_sep = ""
     if pending_sep and units:
         sep, piece = units[-1]
         units[-1] = (sep, piece + pending_sep)
-    return units
+        counts[-1] = None
+    return units, counts
+
+
+def _unit_costs(units: list[tuple[str, str]], piece_tokens: list[int | None]) -> list[int]:
+    """Token counts of each `separator + piece`, without encoding a piece counted already.
+
+    cl100k's pre-tokenizer never lets a piece of text run across the end of a separator of
+    whitespace that ends in a line break into a piece that starts with anything but
+    whitespace: it cuts the two joined as it cuts them apart, so the count is the sum
+    (`tests/summaries` compares with whole counts). Other joins are encoded whole.
+    """
+    encoding = get_encoding()
+    exact = encoding is not None and getattr(encoding, "_pat_str", None) == CL100K_PATTERN
+    known: dict[int, int] = {}
+    for i, ((sep, piece), tokens) in enumerate(zip(units, piece_tokens, strict=True)):
+        if exact and tokens is not None and piece[:1].strip() and _joins_cleanly(sep):
+            known[i] = _separator_tokens(sep) + tokens
+    unknown = [i for i in range(len(units)) if i not in known]
+    known.update(
+        zip(unknown, count_tokens_batch(["".join(units[i]) for i in unknown]), strict=True)
+    )
+    return [known[i] for i in range(len(units))]
+
+
+def _joins_cleanly(sep: str) -> bool:
+    """No separator, or whitespace ending in a line break (see `_unit_costs`)."""
+    return not sep or (not sep.strip() and sep.endswith("\n"))
+
+
+@functools.lru_cache(maxsize=256)
+def _separator_tokens(sep: str) -> int:
+    return count_tokens(sep)
 
 
 def _split_paragraph(paragraph: str, limit: int) -> list[tuple[str, str]]:
-    if count_tokens(paragraph) <= limit:
-        return [("", paragraph)]
+    """A paragraph over `limit` tokens as (separator, piece) pairs of sentences and runs."""
     pieces: list[tuple[str, str]] = []
     sep = ""
     for index, part in enumerate(_SENTENCE_SPLIT.split(paragraph)):
@@ -443,6 +505,8 @@ class _Engine(Protocol):
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]: ...
 
+    def prepare(self, chunks: Sequence[str]) -> None: ...
+
 
 class _LLMEngine:
     """Every node is one LLM call; any LLM failure becomes a SummarizationError."""
@@ -483,6 +547,9 @@ class _LLMEngine:
     def map(self, fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]:
         return self.llm.map(fn, items, max_concurrency=max_concurrency)
 
+    def prepare(self, chunks: Sequence[str]) -> None:
+        """Nothing to prepare: each chunk is one call."""
+
     def _ask(self, step: str, prompt: str, budget: int) -> str:
         messages = [
             {"role": "system", "content": prompts.SUMMARY_SYSTEM_PROMPT},
@@ -506,8 +573,18 @@ class _ExtractiveEngine:
     def standard(self, content: str, prior: str | None, content_type: str, budget: int) -> str:
         return extract_sentences(_with_prior(content, prior), budget)
 
+    def __init__(self) -> None:
+        self._units: dict[str, list[str]] = {}  # chunk -> its sentences, from `prepare`
+
+    def prepare(self, chunks: Sequence[str]) -> None:
+        """Cut the chunks into sentences and count them all in one batch: thousands of texts
+        are counted by their distinct pieces (`ingest/tokens.py`), not one encode each."""
+        for text in chunks:
+            self._units[text] = extraction_units(text)
+        sentence_tokens([unit for units in self._units.values() for unit in units])
+
     def chunk(self, content: str, index: int, total: int, budget: int) -> str:
-        return extract_sentences(content, budget)
+        return extract_sentences(content, budget, units=self._units.pop(content, None))
 
     def synthesize(self, summaries: Sequence[str], prior: str | None, budget: int) -> str:
         return extract_sentences(_with_prior("\n".join(summaries), prior), budget)
@@ -554,15 +631,18 @@ def extraction_units(text: str) -> list[str]:
     return units
 
 
-def extract_sentences(text: str, budget: int, max_sentences: int | None = None) -> str:
+def extract_sentences(
+    text: str, budget: int, max_sentences: int | None = None, *, units: list[str] | None = None
+) -> str:
     """The most central sentences of `text` that fit in `budget` tokens, in original order.
 
     Centrality is the cosine between a sentence's TF-IDF vector and the text's centroid; a
     penalty for similarity to already chosen sentences spreads the selection over the topics.
     When no sentence fits, the most central one is cut to the budget. The candidates are
-    `extraction_units` (no headers, no pronoun without its referent).
+    `extraction_units` (no headers, no pronoun without its referent), or `units` when the
+    caller cut `text` already.
     """
-    sentences = extraction_units(text)
+    sentences = extraction_units(text) if units is None else units
     if not sentences:
         return ""
     # Speaker labels ("Gina: ...") are in every line of a chat: as words they would make
@@ -572,7 +652,7 @@ def extract_sentences(text: str, budget: int, max_sentences: int | None = None) 
     substantial = [len(content) >= MIN_CONTENT_WORDS for content in words]
     if not any(substantial):
         substantial = [True] * len(sentences)
-    lengths = count_tokens_batch(sentences)
+    lengths = sentence_tokens(sentences)
     vectors = _tfidf(words)
     centroid = vectors.mean(axis=0)
     norm = float(np.linalg.norm(centroid))
@@ -605,6 +685,22 @@ def extract_sentences(text: str, budget: int, max_sentences: int | None = None) 
         most_central = int(np.argmax(centrality))
         return _split_by_tokens(sentences[most_central], max(1, budget))[0].strip()
     return " ".join(sentences[i] for i in sorted(chosen))
+
+
+def sentence_tokens(sentences: Sequence[str]) -> list[int]:
+    """Token counts of candidate sentences, each distinct sentence counted once per process.
+
+    The same sentences compete again and again: an L2 or L3 node chooses among the sentences
+    its L1s chose, a rolling summary's prior among the new ones, and a conversation repeats
+    itself; counting each anew was most of the extractive summarizer's time.
+    """
+    known = _SENTENCE_TOKENS
+    missing = [sentence for sentence in dict.fromkeys(sentences) if sentence not in known]
+    if missing:
+        if len(known) + len(missing) > _SENTENCE_TOKENS_MAX:
+            known.clear()  # bounded: a worker process lives on for the next stages
+        known.update(zip(missing, count_tokens_batch(missing), strict=True))
+    return [known[sentence] for sentence in sentences]
 
 
 def _speaker_labels(text: str) -> frozenset[str]:

@@ -379,3 +379,14 @@ def test_a_comma_before_a_new_subject_starts_a_new_clause() -> None:
     assert [f.text for f in facts] == ["Sam loves pizza."]
     facts = extract_facts_rules("My wife is Anne, she found a job at a vet clinic.", "Sam", "t2")
     assert [f.text for f in facts] == ["Sam's wife is named Anne."]
+
+
+def test_every_rule_starts_with_i_or_my() -> None:
+    """`extract_facts_rules` tries the rules only on clauses starting like one (`_RULE_START`):
+    a rule added with another start would silently never run."""
+    from memory_dag.memories.fact_rules import _RULE_START, _RULES
+
+    for pattern, _ in _RULES:
+        start = pattern.pattern.lower()
+        assert start.startswith(("i", "(?:i", "my")), pattern.pattern
+        assert _RULE_START.match(start.replace("(?:", "")), pattern.pattern

@@ -553,3 +553,26 @@ def test_middle_truncate_short_and_tiny_budgets() -> None:
         assert removed >= len(text) - budget
     with pytest.raises(ValueError):
         middle_truncate(text, 100, head_frac=0.7, tail_frac=0.5)
+
+
+def test_unit_costs_equal_counting_each_unit_whole() -> None:
+    """Chunking adds a piece's count to its separator's only where the join cannot change
+    how cl100k cuts the text: the costs equal encoding every `separator + piece` whole."""
+    from memory_dag.ingest.tokens import count_tokens_batch
+    from memory_dag.summaries.summarizer import _split_units, _unit_costs
+
+    rng = random.Random(3)
+    words = ["Hello", "world", "it's", "I'm", "42", "1234", "héllo", "日本語", "naïve", "'s"]
+    marks = [".", "!", "?", ",", "—", "(", '"', "'", "...", "->", "\x1c", "\u00a0", "\t"]
+    spaces = ["\n\n", "\n \n", "\r\n\r\n", "\n\t\n  ", "\n\n\n", "\n\u00a0\n", "\n\n\x1c\n"]
+    for _ in range(300):
+        paragraphs = []
+        for _ in range(rng.randint(1, 6)):
+            tokens = rng.choices(words + marks, k=rng.randint(1, 30))
+            paragraphs.append(rng.choice(["", " ", "\t"]) + " ".join(tokens))
+        text = "".join(p + rng.choice(spaces) for p in paragraphs)
+        for limit in (5, 40, 3000):
+            units, piece_tokens = _split_units(text, limit)
+            assert "".join(sep + piece for sep, piece in units) == text
+            whole = count_tokens_batch([sep + piece for sep, piece in units])
+            assert _unit_costs(units, piece_tokens) == whole, (text, limit)
