@@ -30,7 +30,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
+from serving import memory_dag_serve  # noqa: E402
 
 from memory_dag.config import Settings  # noqa: E402
 from memory_dag.index.search import search  # noqa: E402
@@ -226,52 +226,30 @@ def service_search_latency(data: Path, names: list[str], queries: int = 200) -> 
     (and that user's conversation); the service routes it to the user's shard."""
     import httpx
 
-    with socket.socket() as probe:  # a free port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     env = {
         **os.environ,
         "MEMORY_DAG_SHARDS": str(SHARDS),
         "MEMORY_DAG_WORKSPACE": str(data / "workspace"),
         "MEMORY_DAG_DB": str(data / "memory.duckdb"),
     }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "memory_dag.cli.main", "serve", "--port", str(port)],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
     rng = random.Random(0)
     timings = []
-    try:
-        with httpx.Client(base_url=url, timeout=60) as client:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if client.get("/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("memory-dag serve did not start")
-                time.sleep(0.2)
-            for number in range(queries + 40):
-                user = rng.choice(names)
-                topic = TOPICS[rng.randrange(len(TOPICS))][0]
-                body = {
-                    "query": f"what about {topic}",
-                    "user_id": user,
-                    "conversation_id": f"conv-{user}",
-                }
-                started = time.perf_counter()
-                response = client.post("/v1/memories/search", json=body)
-                elapsed = (time.perf_counter() - started) * 1000
-                if response.status_code != 200:
-                    raise RuntimeError(f"search failed: {response.status_code} {response.text}")
-                if number >= 40:  # the first requests load each shard's index
-                    timings.append(elapsed)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+    with memory_dag_serve(env) as url, httpx.Client(base_url=url, timeout=60) as client:
+        for number in range(queries + 40):
+            user = rng.choice(names)
+            topic = TOPICS[rng.randrange(len(TOPICS))][0]
+            body = {
+                "query": f"what about {topic}",
+                "user_id": user,
+                "conversation_id": f"conv-{user}",
+            }
+            started = time.perf_counter()
+            response = client.post("/v1/memories/search", json=body)
+            elapsed = (time.perf_counter() - started) * 1000
+            if response.status_code != 200:
+                raise RuntimeError(f"search failed: {response.status_code} {response.text}")
+            if number >= 40:  # the first requests load each shard's index
+                timings.append(elapsed)
     timings.sort()
     return {
         "queries": queries,

@@ -28,7 +28,6 @@ import argparse
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # the tests' scripted OpenAI-compatible server
 
 from ingest_search import LOCOMO_DIR, load_locomo, make_queries, write_corpus  # noqa: E402
+from serving import memory_dag_serve  # noqa: E402
 
 from memory_dag.config import Settings  # noqa: E402
 from memory_dag.memory import Memory  # noqa: E402
@@ -126,16 +126,12 @@ def measure_memory(memory: Memory, queries: list[tuple[str, str]], calls: int, r
 
 
 def measure_proxy(memory: Memory, calls: int) -> None:
-    import httpx
     import openai
 
     from tests.openai_server import Reply, ScriptedOpenAIServer
 
     settings = memory.settings
     with ScriptedOpenAIServer(handler=lambda body: Reply.text("Sure.")) as upstream:
-        with socket.socket() as probe:  # a free port for `memory-dag serve`
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
         env = {
             **os.environ,
             "MEMORY_DAG_WORKSPACE": str(settings.workspace),
@@ -143,23 +139,7 @@ def measure_proxy(memory: Memory, calls: int) -> None:
             "MEMORY_DAG_INDEX_DIR": str(settings.index_dir),
             "MEMORY_DAG_UPSTREAM_BASE_URL": upstream.base_url,
         }
-        server = subprocess.Popen(
-            [sys.executable, "-m", "memory_dag.cli.main", "serve", "--port", str(port),
-             "--user", USER],
-            env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if httpx.get(f"{url}/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("memory-dag serve did not start")
-                time.sleep(0.2)
+        with memory_dag_serve(env, "--user", USER) as url:
             direct = openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0)
             proxied = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
             headers = {"X-Memory-Conversation": "conv-01"}
@@ -175,9 +155,6 @@ def measure_proxy(memory: Memory, calls: int) -> None:
             for _ in range(calls):  # interleaved, so load hits both alike
                 plain += timed(lambda: ask(direct, {}), 1)
                 through += timed(lambda: ask(proxied, headers), 1)
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
     added = [t - p for t, p in zip(sorted(through), sorted(plain), strict=True)]
     print(f"  {'upstream direct':<22} {percentiles(plain)}   n={len(plain)}")
     print(f"  {'through the proxy':<22} {percentiles(through)}   n={len(through)} (serve)")
