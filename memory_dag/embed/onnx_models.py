@@ -186,11 +186,9 @@ def _pad_token(tokenizer: Tokenizer) -> tuple[int, str]:
 
 def usable_cpus() -> int:
     """Cores this process may run on (respects container CPU sets), capped at 8."""
-    try:
-        count = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        count = os.cpu_count() or 1
-    return max(1, min(count, 8))
+    from memory_dag.store.connection import process_cores
+
+    return max(1, min(process_cores(), 8))
 
 
 def create_session(graph: Path) -> onnxruntime.InferenceSession:

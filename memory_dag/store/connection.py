@@ -58,6 +58,15 @@ def default_lock_timeout() -> float:
         return DEFAULT_LOCK_TIMEOUT
 
 
+def process_cores() -> int:
+    """Cores this process may run on: its CPU set (`taskset`, a container's cpuset) where the
+    OS has one, else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def pinned_cores() -> int | None:
     """The cores this process may run on, when it is held to fewer than the machine has.
 
@@ -65,10 +74,7 @@ def pinned_cores() -> int | None:
     one core (`taskset`, a container's cpuset, one Celery worker per core in a sharded
     deployment) would run two threads on it. FAISS and OpenBLAS already follow the CPU set.
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return None
+    cores = process_cores()
     return cores if cores < (os.cpu_count() or cores) else None
 
 
