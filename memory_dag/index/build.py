@@ -36,6 +36,7 @@ from memory_dag.scope import store_users
 from memory_dag.store.connection import (
     fetch_arrow,
     get_meta,
+    listed,
     load_fts,
     open_store,
     set_meta,
@@ -99,30 +100,30 @@ def build_search_index(
                     model=provider.model,
                     dims=int(provider.dims),
                 )
-            only = "" if change is None else "AND c.id IN (SELECT unnest(?::TEXT[]))"
-            table = fetch_arrow(
-                con,
-                f"SELECT {_ROW_COLUMNS} {_DOCUMENTS} {only} "
-                "ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id",
-                model if change is None else [*model, change.added],
-            )
-            embedded = (
-                fetch_arrow(
+            # Lists as Arrow views, not bound lists (`store.connection.listed`: ~0.1 ms a value).
+            only = "" if change is None else "AND c.id IN (SELECT value FROM index_added)"
+            with listed(con, "index_added", change.added if change is not None else []):
+                table = fetch_arrow(
                     con,
-                    f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
-                    "FROM embedding_cache WHERE provider = ? AND model = ? "
-                    "AND hash IN (SELECT hash FROM search_documents)",
+                    f"SELECT {_ROW_COLUMNS} {_DOCUMENTS} {only} "
+                    "ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id",
                     model,
                 )
+            # A rebuild takes every document's vector; an increment only the added rows'.
+            hashes = (
+                "SELECT hash FROM search_documents"
                 if change is None
-                else fetch_arrow(
+                else "SELECT value FROM index_hashes"
+            )
+            wanted = [] if change is None else table.column("hash").to_pylist()
+            with listed(con, "index_hashes", wanted):
+                embedded = fetch_arrow(
                     con,
                     f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
                     "FROM embedding_cache WHERE provider = ? AND model = ? "
-                    "AND hash IN (SELECT unnest(?::TEXT[]))",
-                    [*model, table.column("hash").to_pylist()],
+                    f"AND hash IN ({hashes})",
+                    model,
                 )
-            )
             total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
             catalog = fetch_arrow(
                 con,
