@@ -19,10 +19,6 @@ uses.
 
 (Over 500 lines on purpose: one method per verb of the public API, each with the docstring a
 user reads; split, the API would be scattered.)
-
-Why one module of ~530 lines: `Memory` is the public surface a user reads top to bottom; each
-verb is a few lines over `scope.py`, `memories/live_writer.py` and `read/`, and splitting the
-class would scatter the API.
 """
 
 from __future__ import annotations

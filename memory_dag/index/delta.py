@@ -26,9 +26,6 @@ version holds (`compact`) when it grows, so it stays small.
 
 (About 600 lines on purpose: the record format, the incremental reader and the overlay and its
 extension are one concept and change together.)
-
-Why one module of ~600 lines: the record format, the reader's overlay, its incremental extension
-and compaction change together; a record's shape is read in one place.
 """
 
 from __future__ import annotations

@@ -19,10 +19,6 @@ The pipeline folds the journal into DuckDB by replaying the same calls on a `Mem
 
 (Over 500 lines on purpose: `LiveView`, `LiveWriter` and `LiveStore` mirror `MemoryWriter`
 call for call; kept together so the two writers are compared side by side.)
-
-Why one module of ~535 lines: `LiveWriter` mirrors `MemoryWriter`'s surface call for call (the
-write path and the agent operations take either); `LiveView` and the row shapes it writes serve
-only it.
 """
 
 from __future__ import annotations
