@@ -142,9 +142,10 @@ def fresh_dagster_home(root: Path) -> Path:
 def ingest(system: str, workspace: Path, store: Path, home: Path) -> dict[str, Any]:
     if system == "memory-dag":
         env = {**os.environ, "DAGSTER_HOME": str(home)}
+        started = time.time()
         run = measured(memory_dag_command(workspace, store), env)
         run["assets"] = asset_seconds(run["result"]["stages"])
-        run["steps"], spans = step_seconds(home)
+        run["steps"], spans = step_seconds(home, since=started)
         run["peak_step"] = next(
             (step for step, (start, end) in spans.items() if start <= run["peak_at"] <= end),
             "between steps",
@@ -177,11 +178,17 @@ def open_instance(home: Path) -> Any:
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
 
 
-def step_seconds(home: Path) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+def step_seconds(
+    home: Path, since: float
+) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """Seconds of each step of the instance's last run, from Dagster's own events, and each
-    step's (start, end) time."""
+    step's (start, end) time; nothing when no run began after `since` (a command that found
+    nothing to do launches none)."""
     with open_instance(home) as instance:
-        [run] = instance.get_runs(limit=1)
+        records = instance.get_run_records(limit=1)
+        if not records or records[0].create_timestamp.timestamp() < since:
+            return {}, {}
+        run = records[0].dagster_run
         starts: dict[str, float] = {}
         spans: dict[str, tuple[float, float]] = {}
         for entry in instance.all_logs(run.run_id):
@@ -393,7 +400,13 @@ def print_size(summary: dict[str, Any]) -> None:
             f"  memory-dag: end to end {base['ingest_s']:.1f} s = library {library:.1f} s + "
             f"orchestration {base['orchestration_s']:.1f} s ({share:.0f}%: process start, "
             f"imports, the run's set-up and events, checks); nothing-changed run "
-            f"{base['again_s']:.2f} s end to end ({base['again_run_s']:.2f} s of it the run); "
+            f"{base['again_s']:.2f} s end to end ("
+            + (
+                f"{base['again_run_s']:.2f} s of it the run"
+                if base["again_run_s"]
+                else "no run launched: the finding is a runless observation in the instance"
+            )
+            + "); "
             f"peak RSS {base['rss_gb']:.2f} GB, during {base['peak_step']}"
         )
 

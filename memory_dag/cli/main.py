@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_dag.cli.common import (
     Interrupted,
@@ -29,6 +29,9 @@ from memory_dag.cli.common import (
 from memory_dag.cli.shards import ingest_every_shard
 from memory_dag.config import Settings
 from memory_dag.store.shards import shard_count
+
+if TYPE_CHECKING:
+    from memory_dag.ingest.watch import WorkspaceChanges
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,18 +133,23 @@ def _ingest_with_dagster(
     settings: Settings, instance: Any, *, force: bool, progress: bool
 ) -> dict[str, Any]:
     """One run of the whole asset graph (and every check) in this process, like a UI click:
-    the summaries of the conversations that changed, in one step."""
+    the summaries of the conversations that changed, in one step. Decided before the Dagster
+    layer is imported: a store with nothing due launches no run (`_record_nothing_due`)."""
+    from memory_dag.graph_state import work_due
+    from memory_dag.summaries.due import workspace_due
+
+    conversations, changes = workspace_due(settings)
+    if not (force or conversations or changes.any or changes.touched or work_due(settings)):
+        return _record_nothing_due(instance, changes)
+
     import dagster as dg
 
     from assets.checks import INGEST_CHECKS
-    from assets.ingest import workspace_files
     from assets.jobs import PIPELINE_ASSETS, ingest_run
     from assets.resources import MemoryStoreResource
     from assets.summaries import conversations as PARTITIONS
     from memory_dag.cli.dagster_runs import run_tags
-    from memory_dag.graph_state import work_due
     from memory_dag.progress import show_progress
-    from memory_dag.summaries.due import workspace_due
 
     resource = MemoryStoreResource(
         workspace=str(settings.workspace),
@@ -158,20 +166,13 @@ def _ingest_with_dagster(
         }
     if progress:
         print("materializing the asset graph with Dagster (in-process)", file=sys.stderr)
-    conversations, changes = workspace_due(settings)
     run = ingest_run(instance.get_dynamic_partitions(PARTITIONS.name), conversations)
     if run.new_partitions:
         instance.add_dynamic_partitions(PARTITIONS.name, run.new_partitions)
-    selection = run.asset_selection
-    if not (force or conversations or changes.any or work_due(settings)):
-        # Nothing to do: the run holds the files step alone, which reads the workspace and
-        # decides again (as in any run of the job, a late change is then materialized there
-        # and the next run brings the rest); the other steps would only be skipped.
-        selection = [workspace_files.key]
     with show_progress() if progress else nullcontext():
         result = dg.materialize(
             [*PIPELINE_ASSETS, *INGEST_CHECKS],
-            selection=selection,
+            selection=run.asset_selection,
             tags={**run.tags, **run_tags()},
             resources={"memory": resource},
             instance=instance,
@@ -192,6 +193,21 @@ def _ingest_with_dagster(
             "passed" if evaluation.passed else "FAILED"
         )
     return stages
+
+
+def _record_nothing_due(instance: Any, changes: WorkspaceChanges) -> dict[str, Any]:
+    """Nothing changed since the graph settled: no run is launched, as a sensor that finds
+    nothing skips its tick. The finding goes to the instance as a runless observation of
+    `workspace_files` (shown on the asset's page in the UI); a run costs a second or more of
+    Dagster's own bookkeeping (a SQLite event database per run, ~15 events) to do nothing."""
+    import dagster as dg
+
+    from memory_dag.graph_state import NOTHING_DUE
+
+    metadata = {"files": changes.listed, "unchanged": changes.listed, "notes": NOTHING_DUE}
+    observation = dg.AssetObservation(asset_key=dg.AssetKey("workspace_files"), metadata=metadata)
+    instance.report_runless_asset_event(observation)
+    return {"workspace_files": {**metadata, "skipped": True}}
 
 
 def _metadata_value(value: Any) -> Any:

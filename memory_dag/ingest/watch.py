@@ -25,6 +25,10 @@ class WorkspaceChanges:
     changed: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     settling: list[str] = field(default_factory=list)  # modified too recently; next time
+    #: Same content under a new size or mtime: nothing to re-read, but the store's stat is old.
+    touched: list[str] = field(default_factory=list)
+    #: Files the scan listed (the workspace's size, for reports).
+    listed: int = 0
 
     @property
     def any(self) -> bool:
@@ -83,6 +87,9 @@ def scan_workspace(
             changes.new.append(key)
         elif before[2] != digest:
             changes.changed.append(key)
+        else:
+            changes.touched.append(key)
+    changes.listed = len(state) + len([key for key in changes.settling if key not in state])
     changes.deleted = sorted(set(previous) - set(state) - set(changes.settling))
     return changes, state
 

@@ -15,10 +15,12 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
+
+if TYPE_CHECKING:  # PyArrow (and NumPy under it) only where rows move: not in every CLI start
+    import pyarrow as pa
 
 from memory_dag.store.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -201,6 +203,8 @@ def listed(con: duckdb.DuckDBPyConnection, name: str, values: Sequence[str]) -> 
     element by element and tries to import pandas before each one (two failed imports, ~0.1 ms
     an element when pandas is not installed), so 10k ids cost a second; a view costs nothing.
     """
+    import pyarrow as pa
+
     with registered(con, name, pa.table({"value": pa.array(values, pa.string())})):
         yield
 

@@ -192,15 +192,18 @@ def test_settled_state_survives_a_deleted_index(
     assert current_version(settings.index_dir) is not None
 
 
-def test_memory_dag_ingest_runs_the_files_step_alone_when_nothing_is_due(
+def test_memory_dag_ingest_launches_no_run_when_nothing_is_due(
     settings: Settings,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The CLI's own scan finds nothing due: its run holds the files step alone (still a run
-    in the instance); a new file afterwards goes through every stage again."""
+    """The CLI's own scan finds nothing due: no run is launched (as a sensor skips its tick),
+    the finding is a runless observation of `workspace_files` in the instance; a touched file
+    (same bytes, new mtime) brings a files-only run that records its new stat; a new file
+    afterwards goes through every stage again."""
     import json
+    import os
     import shutil
 
     from memory_dag.cli.main import main
@@ -220,20 +223,36 @@ def test_memory_dag_ingest_runs_the_files_step_alone_when_nothing_is_due(
 
     ingest()
     tables = store_tables(settings.db_path)
+    with dg.DagsterInstance.get() as instance:
+        runs_before = len(instance.get_runs())
     again = ingest()
 
     assert set(again["stages"]) == {"workspace_files"}
     assert NOTHING_DUE in again["stages"]["workspace_files"]["notes"]
+    assert again["stages"]["workspace_files"]["files"] > 0
     assert store_tables(settings.db_path) == tables
     with dg.DagsterInstance.get() as instance:
-        last = instance.get_runs(limit=1)[0]
-        started = {
-            entry.step_key
-            for entry in instance.all_logs(last.run_id)
-            if entry.dagster_event is not None
-            and entry.dagster_event.event_type_value == "STEP_START"
-        }
-    assert started == {"workspace_files"}
+        assert len(instance.get_runs()) == runs_before
+        observations = instance.fetch_observations(dg.AssetKey("workspace_files"), limit=1).records
+        assert observations
+        observed = observations[0].asset_observation.metadata
+        assert observed["notes"].value == NOTHING_DUE
+        assert observations[0].run_id == ""  # runless
+
+    touched = next((settings.workspace / "sessions").rglob("*.jsonl"))
+    os.utime(touched, (touched.stat().st_atime, touched.stat().st_mtime - 10))
+    ingest()
+    with dg.DagsterInstance.get() as instance:
+        assert len(instance.get_runs()) == runs_before + 1  # the files step records the stat
+    after = store_tables(settings.db_path)
+    assert {k: v for k, v in after.items() if k != "files"} == {
+        k: v for k, v in tables.items() if k != "files"
+    }
+    assert after["files"] != tables["files"]  # the new mtime, nothing else
+    assert set(ingest()["stages"]) == {"workspace_files"}
+    with dg.DagsterInstance.get() as instance:
+        assert len(instance.get_runs()) == runs_before + 1
+
     new_session(settings, "Dana's niece Ines starts school in Porto.")
     assert {"chunks", "facts", "search_index"} <= set(ingest()["stages"])
     assert any("Ines" in snippet for snippet in found(settings, "niece Ines school"))
