@@ -11,7 +11,6 @@ import dagster as dg
 from assets.metadata import log_report, materialize_result, report_metadata
 from assets.resources import MemoryStoreResource, RebuildConfig
 from memory_dag.graph_state import NOTHING_DUE, work_due
-from memory_dag.ingest.files import sync_files
 
 
 @dg.asset(group_name="ingest", pool="duckdb", kinds={"duckdb"}, output_required=False)
@@ -23,6 +22,8 @@ def workspace_files(
     The run's first step decides: when nothing changed since the graph last settled
     (`memory_dag.graph_state.work_due`), it records an observation instead of a
     materialization, and Dagster skips every step downstream of it."""
+    from memory_dag.ingest.files import sync_files  # PyArrow: when the step runs
+
     settings = memory.settings()
     report = sync_files(settings, force=config.force)
     due = work_due(settings, force=config.force or _asks_for_more(context))

@@ -14,7 +14,6 @@ import dagster as dg
 
 from assets.metadata import log_report, report_metadata
 from assets.resources import MemoryStoreResource
-from memory_dag.maintenance.nightly import JOBS
 
 GROUP = "maintenance"
 KEY_PREFIX = "maintenance"
@@ -40,6 +39,8 @@ def _run(
     config: MaintenanceRunConfig,
     job: str,
 ) -> dg.MaterializeResult:
+    from memory_dag.maintenance.nightly import JOBS  # the library (Polars…): when a run needs it
+
     report = JOBS[job](memory.settings(), config.now())
     log_report(context, report, echo=memory.progress)
     return dg.MaterializeResult(metadata=report_metadata(report))

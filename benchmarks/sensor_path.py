@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import string
 import subprocess
 import sys
 import time
@@ -58,7 +60,8 @@ def measure(
         print(f"  the sensors' first runs are done ({settled_runs} runs)", flush=True)
         _reader(store).search("warm up", k=1)  # a warm reader, as a service holds one
         written = time.time()
-        marker = "zebra-sensor"
+        # A word no earlier measurement in this store used (a store is measured again).
+        marker = "zebra" + "".join(random.choices(string.ascii_lowercase, k=8))
         path = new_session(workspace, target, names[target], marker)
         settled = written + DEBOUNCE_SECONDS
         searchable = _wait_until_searchable(store, target, marker, settled)
@@ -144,8 +147,12 @@ def _runs_since(home: Path, since: float) -> list[dict[str, Any]]:
                 continue
             run = record.dagster_run
             recomputed: dict[str, Any] = {}
+            #: When each step started, in seconds after `since` (where the time goes).
+            step_starts: dict[str, float] = {}
             for entry in instance.all_logs(run.run_id):
                 event = entry.dagster_event
+                if event is not None and event.event_type_value == "STEP_START":
+                    step_starts[event.step_key or "?"] = round(entry.timestamp - since, 2)
                 if event is None or event.event_type_value != "ASSET_MATERIALIZATION":
                     continue
                 materialization = event.event_specific_data.materialization
@@ -170,6 +177,9 @@ def _runs_since(home: Path, since: float) -> list[dict[str, Any]]:
                         run.tags.get("dagster/asset_partition_range_end"),
                     ],
                     "seconds": round((record.end_time or 0) - (record.start_time or 0), 2),
+                    "created_s": round(record.create_timestamp.timestamp() - since, 2),
+                    "started_s": round((record.start_time or since) - since, 2),
+                    "step_starts_s": step_starts,
                     "recomputed": recomputed,
                 }
             )
@@ -184,7 +194,9 @@ def report(result: dict[str, Any]) -> None:
     for run in result["runs"]:
         print(
             f"  run of {run['job']} by {run['sensor']}: {run['status']}, {run['seconds']} s, "
-            f"partitions {run['partitions'][0]}..{run['partitions'][1]}"
+            f"partitions {run['partitions'][0]}..{run['partitions'][1]}; seconds after the file "
+            f"was written: asked for {run['created_s']}, started {run['started_s']}, steps "
+            + ", ".join(f"{key} {at}" for key, at in run["step_starts_s"].items())
         )
         for asset, item in run["recomputed"].items():
             details = json.dumps({k: v for k, v in item.items() if k != "partitions"})

@@ -25,7 +25,6 @@ from assets.maintenance import (
     session_consolidation,
     weekly_reflection,
 )
-from memory_dag.maintenance.common import DEFAULT_CONFIG
 from schedules.crons import CRONS, TIMEZONE
 
 SUNDAY = 6
@@ -123,6 +122,8 @@ def weekly_reflection_schedule(
     when = tick_time(context)
     if when.weekday() != SUNDAY:
         return dg.SkipReason(f"reflections run on Sundays; {when:%A %Y-%m-%d} is not one")
+    from memory_dag.maintenance.common import DEFAULT_CONFIG  # the library: at a tick, not import
+
     last = last_reflection_run(context.instance, when)
     if last is not None and when - last < timedelta(days=DEFAULT_CONFIG.reflection_min_days):
         return dg.SkipReason(f"the last reflection ran {last:%Y-%m-%d %H:%M}, under 6 days ago")

@@ -8,6 +8,7 @@ after a cursor reset. The run summarizes only the conversations whose files chan
 """
 
 import json
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -15,11 +16,18 @@ import dagster as dg
 from assets.jobs import ingest_job, ingest_run
 from assets.resources import MemoryStoreResource
 from assets.summaries import conversations
-from memory_dag.ingest.watch import changed_conversations, scan_workspace, state_fingerprint
+from memory_dag.ingest.watch import (
+    WorkspaceChanges,
+    changed_conversations,
+    scan_workspace,
+    state_fingerprint,
+)
 
 #: Seed 002's watch debounce (1.5 s): files younger than this are looked at next time.
 DEBOUNCE_SECONDS = 1.5
 #: How often the daemon looks (a stat of every workspace file; hashes only of changed ones).
+#: Dagster's sensor daemon evaluates sensors every 5 s at most, so a shorter interval would
+#: change nothing.
 INTERVAL_SECONDS = 5
 
 
@@ -34,12 +42,22 @@ def workspace_sensor(
 ) -> dg.SensorResult:
     previous = json.loads(context.cursor) if context.cursor else {}
     settings = memory.settings()
-    changes, state = scan_workspace(
-        Path(settings.workspace),
-        previous,
-        debounce_seconds=DEBOUNCE_SECONDS,
-        extra_roots=settings.workspace_extra_roots,
-    )
+
+    def scan() -> tuple[WorkspaceChanges, dict]:
+        return scan_workspace(
+            Path(settings.workspace),
+            previous,
+            debounce_seconds=DEBOUNCE_SECONDS,
+            extra_roots=settings.workspace_extra_roots,
+        )
+
+    changes, state = scan()
+    if changes.settling:
+        # The daemon evaluates sensors every 5 s at best: a file seen while it is being
+        # written would wait a whole interval. Wait out the debounce once, then look again
+        # (a file still being written then is still left for the next tick).
+        time.sleep(DEBOUNCE_SECONDS)
+        changes, state = scan()
     cursor = json.dumps(state, sort_keys=True)
     if not changes.any:
         reason = "no changes" + (f" ({changes.summary()})" if changes.settling else "")

@@ -55,6 +55,9 @@ DELTA_FILE = "delta.jsonl"
 COMPACT_AFTER = 512
 #: Kinds of memories that are shared transcript turns (a `put` of one is a transcript row).
 TURN_KIND = "episode"
+#: The event of a turn the chunks stage laid from a workspace file (`early_turns.py`): when the
+#: files stage deletes or re-reads that file, the record goes (`drop_laid_turns`).
+EARLY_TURN_EVENT = "laid_from_file"
 
 
 def delta_path(index_dir: Path) -> Path:
@@ -352,10 +355,7 @@ def extend_overlay(
     for item in records:
         memory = item["memory"]
         overlay.seq = max(overlay.seq, int(item["seq"]))
-        if memory.get("kind") == TURN_KIND:
-            if overlay._indexed_turns.holds(memory.get("path"), memory.get("turn_id")):
-                continue
-        elif int(item["seq"]) <= index.journal_seq:
+        if _held(item, index, overlay._indexed_turns):
             continue
         if item["op"] in ("put", "drop", "note"):
             overlay.memories[memory["id"]] = dict(memory)  # the memory after the change
@@ -474,6 +474,15 @@ def _text_statistics(overlay: Overlay, start: int) -> None:
     overlay._postings = overlay._postings.extended([_terms_seen[k] for k in keys])
 
 
+def _held(item: Mapping[str, Any], index: PublishedIndex, indexed_turns: _IndexedTurns) -> bool:
+    """Whether `index` already holds what `item` says: a memory change up to its journal
+    position, a transcript turn it indexes."""
+    memory = item["memory"]
+    if memory.get("kind") == TURN_KIND:
+        return indexed_turns.holds(memory.get("path"), memory.get("turn_id"))
+    return int(item["seq"]) <= index.journal_seq
+
+
 class _IndexedTurns:
     """Which transcript turns (path, turn id) a published version indexes, per path on demand."""
 
@@ -539,17 +548,33 @@ def compact(index_dir: Path, index: PublishedIndex) -> int:
     Call under the journal's lock; returns how many records were dropped."""
     _, records = delta_file(index_dir).snapshot()
     indexed_turns = _IndexedTurns(index)
-
-    def held(item: Mapping[str, Any]) -> bool:
-        memory = item["memory"]
-        if memory.get("kind") == TURN_KIND:
-            return indexed_turns.holds(memory.get("path"), memory.get("turn_id"))
-        return int(item["seq"]) <= index.journal_seq
-
-    kept = [r for r in records if not held(r)]
-    dropped = len(records) - len(kept)
-    if dropped < COMPACT_AFTER:
+    kept = [r for r in records if not _held(r, index, indexed_turns)]
+    if len(records) - len(kept) < COMPACT_AFTER:
         return 0
+    return _rewrite(index_dir, records, kept)
+
+
+def drop_laid_turns(index_dir: Path, paths: Iterable[str]) -> int:
+    """Rewrite the delta without the turns laid from `paths` (files the store has just deleted
+    or re-read): a deleted file's turns must not stay searchable until a version is published
+    (none is when the store is back where the live version was). Call under the journal's
+    lock; returns how many records were dropped."""
+    gone = set(paths)
+    if not gone or not delta_path(index_dir).exists():
+        return 0
+    _, records = delta_file(index_dir).snapshot()
+    kept = [
+        r for r in records
+        if not (r.get("event") == EARLY_TURN_EVENT and r["memory"].get("path") in gone)
+    ]  # fmt: skip
+    if len(kept) == len(records):
+        return 0
+    return _rewrite(index_dir, records, kept)
+
+
+def _rewrite(index_dir: Path, records: list[dict[str, Any]], kept: list[dict[str, Any]]) -> int:
+    """Replace the delta file by `kept` (atomically, fsynced); how many records went."""
+    dropped = len(records) - len(kept)
     if not kept or kept[-1]["seq"] != records[-1]["seq"]:
         # Keep the position: a writer compares it with the journal's (`live_writer`).
         kept.append(record(int(records[-1]["seq"]), datetime.now(UTC), "mark", None, {}))

@@ -7,8 +7,10 @@ files beside the published version at once, in the delta segment (`delta.py`), e
 live write lays the turns it records (`memories/live_writer.py`): a `put` of the turn's
 episode with its search row (the chunk row the next version will hold, embedded now). Every
 reader lays it over the version it has; once a version indexes the turn (its path and turn
-id), readers skip the record and the next compaction drops it. Facts and the summary of the
-new session are searchable when the index step publishes them.
+id), readers skip the record and the next compaction drops it. When the files stage deletes
+or re-reads the file, its laid turns leave the delta at once (`delta.drop_laid_turns`; a
+re-read file's turns are laid again): a deleted session is never found again. Facts and the
+summary of the new session are searchable when the index step publishes them.
 
 The turns of changed files are laid too: a reader skips a turn its version already indexes
 (by path and turn id), so only the new ones show, once. Only when a version is published,
@@ -52,7 +54,14 @@ def lay_new_turns(settings: Settings, chunks: pa.Table, new_files: set[str]) -> 
         return 0
     rows = turns.to_pylist()
     from memory_dag.embed.providers import get_provider
-    from memory_dag.index.delta import append_records, compact, delta_path, last_seq, record
+    from memory_dag.index.delta import (
+        EARLY_TURN_EVENT,
+        append_records,
+        compact,
+        delta_path,
+        last_seq,
+        record,
+    )
     from memory_dag.index.published import cached_index
     from memory_dag.memories.journal import Journal
     from memory_dag.memories.live_writer import COMPACT_BYTES
@@ -70,7 +79,7 @@ def lay_new_turns(settings: Settings, chunks: pa.Table, new_files: set[str]) -> 
                 seq,
                 now,
                 "put",
-                None,
+                EARLY_TURN_EVENT,
                 _episode(row, now),
                 search=_search_row(row),
                 vector=vector,

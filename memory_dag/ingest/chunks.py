@@ -87,10 +87,10 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             "files_failed": len(failed),
         }
         report.errors = [{"path": f["path"], "line": None, "reason": r} for f, r in failed]
-    # New turns are searchable now, not after the index step (the store is closed: embedding
-    # them loads a model).
-    transcripts = {p["path"] for p in pending if p["kind"] == "transcript"}
-    report.counts["turns_searchable_early"] = lay_new_turns(settings, rows, transcripts)
+        # New turns are searchable now, not after the index step; and before the store is
+        # closed, since closing checkpoints the write-ahead log (a second or more at 100k).
+        transcripts = {p["path"] for p in pending if p["kind"] == "transcript"}
+        report.counts["turns_searchable_early"] = lay_new_turns(settings, rows, transcripts)
     return report
 
 

@@ -89,6 +89,7 @@ def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
                 [PREVIEW_ROWS],
             )
             total_files = con.execute("SELECT count(*) FROM files").fetchone()[0]
+        _forget_laid_turns(settings, deleted + [p.file.rel_path for p in changed])
 
         errors = [e for p in parsed for e in p.errors]
         report.errors = [{"path": e.path, "line": e.line, "reason": e.reason} for e in errors]
@@ -102,6 +103,18 @@ def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
             "errors": len(errors),
         }
     return report
+
+
+def _forget_laid_turns(settings: Settings, paths: list[str]) -> None:
+    """The turns the chunks stage laid in the delta segment from these files (deleted, or
+    changed: their turns are laid again by the chunks stage) stop being searchable now."""
+    from memory_dag.index.delta import delta_path, drop_laid_turns
+    from memory_dag.memories.journal import Journal
+
+    if not paths or not delta_path(settings.index_dir).exists():
+        return
+    with Journal(settings.workspace).lock():  # the delta's writers are serialised by it
+        drop_laid_turns(settings.index_dir, paths)
 
 
 def _same_stat(source_file: SourceFile, previous: tuple[str, float, int]) -> bool:

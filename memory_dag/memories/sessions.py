@@ -23,11 +23,13 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_dag.ingest.watch import scan_workspace
-from memory_dag.memories.writer import MemoryWriter
 from memory_dag.store.connection import fetch_dicts
+
+if TYPE_CHECKING:  # the sessions sensor imports this module: no Polars/NumPy in the daemon
+    from memory_dag.memories.writer import MemoryWriter
 
 #: The `events` node of the write path.
 NODE = "facts"

@@ -4,6 +4,7 @@ run (and block), the workspace sensor and the schedule are evaluated."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -21,7 +22,7 @@ from memory_dag.definitions import defs
 from memory_dag.index.search import search
 from memory_dag.store.connection import open_store
 from schedules.maintenance import full_sync_schedule
-from sensors.workspace import workspace_sensor
+from sensors.workspace import DEBOUNCE_SECONDS, workspace_sensor
 from tests.conftest import write_jsonl
 
 
@@ -190,15 +191,36 @@ def test_sensor_ignores_a_touch_and_waits_for_files_being_written(
     touched = evaluate(cursor, settings, instance)
     assert touched.run_requests == []
 
-    write_jsonl(
+    new = write_jsonl(
         workspace / "sessions" / "conv-c" / "new.jsonl", [{"role": "user", "content": "hello"}]
     )
-    settling = evaluate(touched.cursor, settings, instance)  # written just now: not yet
+    started = time.monotonic()
+    ready = evaluate(touched.cursor, settings, instance)  # written just now: waits it out
+    assert time.monotonic() - started >= DEBOUNCE_SECONDS
+    assert "1 new" in ready.run_requests[0].tags["memory_dag/changes"]
+
+    # A file still being written when the wait ends is left for the next tick.
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        while not stop.is_set():
+            with new.open("a", encoding="utf-8") as out:
+                out.write('{"role": "assistant", "content": "more"}\n')
+            time.sleep(0.2)
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        settling = evaluate(ready.cursor, settings, instance)
+    finally:
+        stop.set()
+        writer.join()
     assert settling.run_requests == []
     assert "still being written" in settling.skip_reason.skip_message
     age_files(workspace)
-    ready = evaluate(settling.cursor, settings, instance)
-    assert "1 new" in ready.run_requests[0].tags["memory_dag/changes"]
+    later = evaluate(settling.cursor, settings, instance)
+    assert "1 changed" in later.run_requests[0].tags["memory_dag/changes"]
 
 
 def test_full_sync_schedule_requests_the_ingest_job() -> None:

@@ -52,6 +52,23 @@ def test_new_turns_are_searchable_after_the_chunks_stage_within_their_scope(
     assert sorted(pico(settings, "conv-a")) == sorted(early)
 
 
+def test_turns_of_a_file_deleted_after_it_was_laid_are_gone_with_the_next_version(
+    settings: Settings,
+) -> None:
+    """The version the next run publishes says what is true of the file: deleted, its laid
+    turns must not come back from the delta (readers skip them; compaction drops them)."""
+    run_all(settings)
+    new_session(settings)
+    sync_files(settings)
+    assert build_chunks(settings).counts["turns_searchable_early"] == 2
+    assert len(pico(settings, "conv-a")) == 2
+
+    (settings.workspace / "sessions" / "conv-a" / "s3.jsonl").unlink()
+    run_all(settings)
+
+    assert pico(settings, "conv-a") == []
+
+
 def test_only_over_a_published_version_and_a_changed_file_shows_each_turn_once(
     settings: Settings,
 ) -> None:

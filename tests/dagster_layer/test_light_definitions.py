@@ -1,0 +1,42 @@
+"""The code location loads without the data libraries.
+
+The daemon, the webserver's code server and every run worker import
+`memory_dag.definitions` before doing anything; a run a sensor asks for cannot start before
+that import ends. Polars, PyArrow and NumPy cost ~0.5 s of it and are only needed once a step
+runs, so the definitions, sensors and schedules import the library where it is used.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("polars", "pyarrow", "numpy", "faiss", "wordllama", "tiktoken", "great_expectations")
+
+
+def test_definitions_import_no_data_library() -> None:
+    code = (
+        "import json, sys\n"
+        "import memory_dag.definitions as d\n"
+        "assert d.defs is not None\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_cli_start_imports_no_data_library() -> None:
+    """`memory-dag --help` (and the parse every command makes) stays light too."""
+    code = (
+        "import json, sys\n"
+        "from memory_dag.cli.main import build_parser\n"
+        "build_parser()\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
