@@ -19,6 +19,7 @@ sensors, routes the workspace and asks for a run of each shard whose files chang
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +31,7 @@ from pydantic import PrivateAttr
 from assets.jobs import ingest_job
 from assets.resources import MemoryStoreResource
 from memory_dag.config import Settings
-from memory_dag.ingest.watch import scan_workspace, state_fingerprint
+from memory_dag.ingest.watch import WorkspaceChanges, scan_workspace, state_fingerprint
 from memory_dag.store.shards import (
     SHARD_TAG,
     shard_count,
@@ -141,7 +142,7 @@ def fan_out_schedule(schedule: dg.ScheduleDefinition, shards: int) -> dg.Schedul
 
 @dg.sensor(
     job_name=ingest_job.name,
-    minimum_interval_seconds=15,
+    minimum_interval_seconds=5,  # as often as the daemon evaluates sensors
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Routes workspace files to their shards; one ingest run per shard that changed.",
 )
@@ -157,25 +158,32 @@ def shard_workspace_sensor(
     settings = memory.settings()
     route_workspace(settings)
     previous = json.loads(context.cursor) if context.cursor else {}
-    cursor: dict[str, Any] = {}
-    requests = []
-    for number, shard in enumerate(all_shard_settings(settings)):
-        key = shard_key(number)
-        changes, state = scan_workspace(
-            Path(shard.workspace),
-            previous.get(key, {}),
-            debounce_seconds=DEBOUNCE_SECONDS,
-            extra_roots=shard.workspace_extra_roots,
-        )
-        cursor[key] = state
-        if changes.any:
-            requests.append(
-                dg.RunRequest(
-                    run_key=f"{key}-{state_fingerprint(state)}",
-                    partition_key=key,
-                    tags={SHARD_TAG: key, "memory_dag/changes": changes.summary()},
-                )
+
+    def scan_shards() -> dict[str, tuple[WorkspaceChanges, dict]]:
+        return {
+            shard_key(number): scan_workspace(
+                Path(shard.workspace),
+                previous.get(shard_key(number), {}),
+                debounce_seconds=DEBOUNCE_SECONDS,
+                extra_roots=shard.workspace_extra_roots,
             )
+            for number, shard in enumerate(all_shard_settings(settings))
+        }
+
+    scans = scan_shards()
+    if any(changes.settling for changes, _ in scans.values()):
+        time.sleep(DEBOUNCE_SECONDS)  # once for every shard (see `watch.scan_settled`)
+        scans = scan_shards()
+    cursor: dict[str, Any] = {key: state for key, (_, state) in scans.items()}
+    requests = [
+        dg.RunRequest(
+            run_key=f"{key}-{state_fingerprint(state)}",
+            partition_key=key,
+            tags={SHARD_TAG: key, "memory_dag/changes": changes.summary()},
+        )
+        for key, (changes, state) in scans.items()
+        if changes.any
+    ]
     if requests:
         context.log.info(f"shards changed: {', '.join(r.partition_key or '' for r in requests)}")
     return dg.SensorResult(

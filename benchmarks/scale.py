@@ -7,9 +7,10 @@ the nightly maintenance time per shard, and the routed search latency.
 For each worker count: a fresh PostgreSQL + Redis (deploy/local/start.sh), a fresh Dagster
 instance (deploy/local/dagster.yaml, `max_concurrent_runs` = workers), the daemon and the
 workers; the shard sensor routes the workspace and asks for one ingest run per shard. Ingest
-throughput = the corpus's turns / the time from the daemon's start until every shard's ingest
-run succeeded (the whole ingest job: files, chunks, facts, entities, the shard's conversation
-summaries, embeddings, indexes, with every check).
+throughput = the corpus's turns / the time from the corpus's arrival in the workspace (the
+deployment already up: daemon, code server and workers running, the shard sensor evaluated
+once) until every shard's ingest run succeeded (the whole ingest job: files, chunks, facts,
+entities, the shard's conversation summaries, embeddings, indexes, with every check).
 Then one `maintenance_job` run per shard is submitted (`dagster job launch`, all at once; the
 queue runs as many at a time as there are workers); each run's duration and the span from the
 first start to the last end are read from the instance.
@@ -42,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
+from dagster._core.scheduler.instigation import InstigatorType, TickStatus  # noqa: E402
 from serving import memory_dag_serve  # noqa: E402
 
 from memory_dag.config import Settings  # noqa: E402
@@ -131,13 +133,29 @@ def worker_cores(number: int, args: argparse.Namespace) -> set[int] | None:
     return {cores[(number * per + k) % len(cores)] for k in range(per)}
 
 
+def wait_for_first_sensor_tick(instance: dg.DagsterInstance, timeout: float = 180) -> None:
+    """Until the shard sensor has been evaluated once (on the empty workspace)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+        for state in states:
+            if state.name == "shard_workspace_sensor":
+                ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1)
+                if ticks and ticks[0].status != TickStatus.STARTED:
+                    return
+        time.sleep(0.5)
+    raise TimeoutError("the shard sensor was never evaluated")
+
+
 def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: Path) -> dict:
     """Ingest the corpus with `workers` Celery workers; then the nightly job of every shard."""
     folder = root / f"workers-{workers}"
     servers_dir, servers = start_servers()
     data = folder / "data"
-    write_corpus(data / "workspace", names=names, sessions=args.sessions, turns=args.turns)
-    settle(data / "workspace")
+    incoming = folder / "incoming"  # written beside the workspace, moved in once it is whole
+    write_corpus(incoming, names=names, sessions=args.sessions, turns=args.turns)
+    settle(incoming)
+    (data / "workspace").mkdir(parents=True)
     env = deployment_env(servers, folder / "dagster_home", data, SHARDS)
     yaml_path = folder / "dagster_home" / "dagster.yaml"
     yaml_path.write_text(
@@ -150,9 +168,14 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
     try:
         for number in range(workers):
             processes.celery_worker(f"worker{number + 1}", worker_cores(number, args))
-        started = time.monotonic()
         processes.daemon()
         with dg.DagsterInstance.get() as instance:
+            # The deployment is up (daemon, code server, workers) before the files arrive, as
+            # in production: its start-up is not part of an ingest.
+            wait_for_first_sensor_tick(instance)
+            for child in sorted(incoming.iterdir()):
+                os.rename(child, data / "workspace" / child.name)
+            started = time.monotonic()
             while True:
                 done = instance.get_runs(
                     dg.RunsFilter(job_name="ingest_job", statuses=[dg.DagsterRunStatus.SUCCESS])

@@ -8,7 +8,6 @@ after a cursor reset. The run summarizes only the conversations whose files chan
 """
 
 import json
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -16,12 +15,7 @@ import dagster as dg
 from assets.jobs import ingest_job, ingest_run
 from assets.resources import MemoryStoreResource
 from assets.summaries import conversations
-from memory_dag.ingest.watch import (
-    WorkspaceChanges,
-    changed_conversations,
-    scan_workspace,
-    state_fingerprint,
-)
+from memory_dag.ingest.watch import changed_conversations, scan_settled, state_fingerprint
 
 #: Seed 002's watch debounce (1.5 s): files younger than this are looked at next time.
 DEBOUNCE_SECONDS = 1.5
@@ -43,21 +37,12 @@ def workspace_sensor(
     previous = json.loads(context.cursor) if context.cursor else {}
     settings = memory.settings()
 
-    def scan() -> tuple[WorkspaceChanges, dict]:
-        return scan_workspace(
-            Path(settings.workspace),
-            previous,
-            debounce_seconds=DEBOUNCE_SECONDS,
-            extra_roots=settings.workspace_extra_roots,
-        )
-
-    changes, state = scan()
-    if changes.settling:
-        # The daemon evaluates sensors every 5 s at best: a file seen while it is being
-        # written would wait a whole interval. Wait out the debounce once, then look again
-        # (a file still being written then is still left for the next tick).
-        time.sleep(DEBOUNCE_SECONDS)
-        changes, state = scan()
+    changes, state = scan_settled(
+        Path(settings.workspace),
+        previous,
+        debounce_seconds=DEBOUNCE_SECONDS,
+        extra_roots=settings.workspace_extra_roots,
+    )
     cursor = json.dumps(state, sort_keys=True)
     if not changes.any:
         reason = "no changes" + (f" ({changes.summary()})" if changes.settling else "")

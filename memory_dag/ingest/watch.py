@@ -94,6 +94,30 @@ def scan_workspace(
     return changes, state
 
 
+def scan_settled(
+    workspace: Path,
+    previous: FileState,
+    *,
+    debounce_seconds: float,
+    extra_roots: Iterable[Path] = (),
+) -> tuple[WorkspaceChanges, FileState]:
+    """`scan_workspace` for a sensor: when a file is still being written, wait out the
+    debounce once and look again. Dagster's daemon evaluates a sensor every 5 s at best, so a
+    file seen half-written would otherwise wait a whole interval; one still being written
+    after the wait is left for the next tick."""
+
+    def scan() -> tuple[WorkspaceChanges, FileState]:
+        return scan_workspace(
+            workspace, previous, debounce_seconds=debounce_seconds, extra_roots=extra_roots
+        )
+
+    changes, state = scan()
+    if changes.settling:
+        time.sleep(debounce_seconds)
+        changes, state = scan()
+    return changes, state
+
+
 def conversation_of(rel_path: str) -> str | None:
     """The conversation a workspace file belongs to, or None (notes, our exported summaries)."""
     parts = rel_path.split("/")
