@@ -519,23 +519,11 @@ def _write_sessions(
             writer = MemoryWriter(con, provider, actor=ACTOR, now=now)
             opened = time.monotonic()
             with writer.transaction():
-                # One query each for what the sessions below would look up one by one.
-                remaining = due[position:]
-                writer.prefetch_facts(
-                    owner_key(t.user_id, t.conversation_id)
-                    for s in remaining
-                    for t in pending[s.path]
-                )
-                writer.prefetch_vectors(
-                    [
-                        c.text
-                        for s in remaining
-                        for t in pending[s.path]
-                        for c in extracted[t.key][0]
-                    ]
-                )
+                prefetched = position  # due[position:prefetched] are looked up already
                 marks: list[dict[str, Any]] = []
                 while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
+                    if position == prefetched:
+                        prefetched = _prefetch_window(writer, due, position, pending, extracted)
                     session, turns = due[position], pending[due[position].path]
                     position += 1
                     if session.path not in closing and not turns:
@@ -558,6 +546,35 @@ def _write_sessions(
             counts[key] += writer.counts.get(key, 0)
         timings["relations"] += writer.relation_seconds
     return written
+
+
+#: The sessions ahead whose owners' facts and candidates' vectors are looked up at once hold
+#: about this many user turns (see `_prefetch_window`).
+PREFETCH_TURNS = 20_000
+
+
+def _prefetch_window(
+    writer: MemoryWriter,
+    due: list[Session],
+    start: int,
+    pending: dict[str, list[UserTurn]],
+    extracted: dict[str, Extracted],
+) -> int:
+    """Look up, in one query each, what the sessions from `start` on would look up one by one:
+    their owners' facts and their candidates' cached vectors; returns where the window ends.
+
+    A window, not every remaining session: each batch has a new writer, and loading all that
+    is left at every batch made a large run quadratic (a 1M-turn run: minutes of reloads).
+    Owners already loaded in this batch keep their in-memory facts, so the result is the same.
+    """
+    end, turns = start, 0
+    while end < len(due) and (end == start or turns < PREFETCH_TURNS):
+        turns += len(pending[due[end].path])
+        end += 1
+    window = [turn for session in due[start:end] for turn in pending[session.path]]
+    writer.prefetch_facts(owner_key(t.user_id, t.conversation_id) for t in window)
+    writer.prefetch_vectors([c.text for t in window for c in extracted[t.key][0]])
+    return end
 
 
 def _method_note(method: str, settings: Settings) -> str:
