@@ -45,6 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -139,9 +140,10 @@ class UserTurn:
     #: The user the turn's facts belong to (a transcript line's `user_id`); None: shared.
     user_id: str | None = None
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """Identifies this turn with this text: an edited turn is a new turn to examine."""
+        """Identifies this turn with this text: an edited turn is a new turn to examine
+        (computed once: a run looks each turn up by it several times)."""
         return f"{self.episode_id}:{text_hash(self.content)[:16]}"
 
 
