@@ -572,9 +572,10 @@ def _prefetch_window(
     """Look up, in one query each, what the sessions from `start` on would look up one by one:
     their owners' facts and their candidates' cached vectors; returns where the window ends.
 
-    A window, not every remaining session: each batch has a new writer, and loading all that
-    is left at every batch made a large run quadratic (a 1M-turn run: minutes of reloads).
-    Owners already loaded in this batch keep their in-memory facts, so the result is the same.
+    A window, not every remaining session: each batch has a new writer, and looking up all
+    that is left at every batch grew with the square of the corpus (a long run has hundreds of
+    batches). Owners already loaded in this batch keep their in-memory facts, and an owner is
+    loaded before anything of theirs is written in the batch, so the result is the same.
     """
     end, turns = start, 0
     while end < len(due) and (end == start or turns < PREFETCH_TURNS):
