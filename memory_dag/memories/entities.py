@@ -138,14 +138,21 @@ _DATE_PATTERNS: tuple[tuple[re.Pattern[str], float], ...] = (
 )
 
 # A name token: capitalised word, allowing inner apostrophes and hyphens (O'Brien, Jean-Luc).
-_NAME_TOKEN = r"[A-ZÀ-ÖØ-Þ][A-Za-zÀ-ÖØ-öø-ÿ0-9]*(?:['’-][A-Za-zÀ-ÖØ-öø-ÿ]+)*"
+_CAPITAL = r"[A-ZÀ-ÖØ-Þ]"
+_NAME_TAIL = r"[A-Za-zÀ-ÖØ-öø-ÿ0-9]*(?:['’-][A-Za-zÀ-ÖØ-öø-ÿ]+)*"
+_NAME_TOKEN = _CAPITAL + _NAME_TAIL
 _CONNECTOR = r"(?:of|de|da|di|du|del|der|van|von|la|le)"
 # At most six words, starting at a word boundary: bounds the regex work per position, so long
 # title-cased text stays linear.
 _NAME = rf"(?<![\w'’-]){_NAME_TOKEN}(?:\s+(?:{_CONNECTOR}\s+)?{_NAME_TOKEN}){{0,5}}"
 # Inside case-insensitive cue patterns the name itself must stay case-sensitive.
 _CASED_NAME = rf"(?-i:{_NAME})"
-_NAME_RUN = re.compile(rf"(?<![@#]){_NAME}")
+# `(?<![@#]){_NAME}`, written to start with the capital (the character before it is then
+# looked at behind the capital): a pattern that starts with a character set lets `re` skip
+# to the next capital letter instead of trying every position, half the time of a scan.
+_NAME_RUN = re.compile(
+    rf"{_CAPITAL}(?<![@#\w'’-].){_NAME_TAIL}(?:\s+(?:{_CONNECTOR}\s+)?{_NAME_TOKEN}){{0,5}}"
+)
 _CONNECTORS = frozenset({"of", "de", "da", "di", "du", "del", "der", "van", "von", "la", "le"})
 
 # Capitalised words that are never names on their own, wherever they appear.
@@ -311,7 +318,13 @@ _BEFORE_SENTENCE = " \t\"'“‘([*-•"  # what may stand between a sentence's 
 
 
 def _strip_possessive(text: str) -> str:
-    return _POSSESSIVE_END.sub("", text)
+    """`text` without a final 's or ’s (what `_POSSESSIVE_END.sub("", text)` gives, without
+    the regular expression: it runs on every capitalised word)."""
+    if text.endswith(("'s", "’s")):
+        return text[:-2]
+    if text.endswith(("'s\n", "’s\n")):  # `$` also matches before a final line break
+        return text[:-3] + "\n"
+    return text
 
 
 def _date_iso(text: str) -> str | None:
@@ -401,6 +414,9 @@ def _clean_name_span(text: str, start: int, end: int) -> tuple[int, int] | None:
     possessive = _POSSESSIVE_END.search(span)
     if possessive:
         end -= 2
+    if not _HAS_SPACE.search(text, start, end):  # one word (most spans): no token loop
+        word = text[start:end]
+        return None if not word or word.lower() in _EDGE_STOP else (start, end)
     tokens = list(_NON_SPACE_RUN.finditer(text, start, end))
     while tokens and tokens[0].group(0).lower() in _EDGE_STOP:
         tokens.pop(0)
@@ -459,16 +475,44 @@ def _split_run(text: str, match: re.Match[str]) -> list[tuple[int, int]]:
 def _clearly_a_name(text: str, start: int, end: int) -> bool:
     """Whether a lone sentence-initial capitalised word reads as a name (see module docstring)."""
     word = text[start:end]
-    bare = re.escape(_strip_possessive(word))
-    for other in re.finditer(rf"(?<![\w'’-]){bare}\b", text):
-        if other.start() != start and not _sentence_initial(text, other.start()):
+    bare = _strip_possessive(word)
+    for other in _whole_word_at(text, bare):
+        if other != start and not _sentence_initial(text, other):
             return True
-    if _strip_possessive(word).lower().endswith("ing"):
+    if bare.lower().endswith("ing"):
         return False  # a gerund ("Painting looks great"), not a name
-    if re.match(r"['’]s\b", text[end:]) or _POSSESSIVE_END.search(word):
+    if _POSSESSIVE_AFTER.match(text, end) or _POSSESSIVE_END.search(word):
         return True
-    following = re.match(r"\s+([a-z]+)", text[end:])
+    following = _WORD_AFTER.match(text, end)
     return bool(following and following.group(1) in _SUBJECT_VERBS)
+
+
+_POSSESSIVE_AFTER = re.compile(r"['’]s\b")
+_WORD_AFTER = re.compile(r"\s+([a-z]+)")
+
+
+def _whole_word_at(text: str, word: str) -> list[int]:
+    r"""Where `word` stands as a whole word in `text`: the starts of the matches of
+    `(?<![\w'’-])word\b`, found with `str.find` (a pattern per word would be compiled for
+    every capitalised word of every text)."""
+    if not word or not _is_word_char(word[-1]):  # not a name's word: the pattern itself
+        return [m.start() for m in re.finditer(rf"(?<![\w'’-]){re.escape(word)}\b", text)]
+    starts = []
+    position = text.find(word)
+    while position != -1:
+        after = position + len(word)
+        before_ok = position == 0 or not (
+            _is_word_char(text[position - 1]) or text[position - 1] in "'’-"
+        )
+        if before_ok and (after == len(text) or not _is_word_char(text[after])):
+            starts.append(position)
+        position = text.find(word, position + 1)
+    return starts
+
+
+def _is_word_char(char: str) -> bool:
+    r"""What `\w` matches in a `str` pattern."""
+    return char.isalnum() or char == "_"
 
 
 def _name_entities(text: str) -> list[EntityMention]:

@@ -252,7 +252,7 @@ _FILLER = re.compile(
 )
 #: Every rule starts with "I ..." or "my ...": a clause that starts otherwise is not tried
 #: against the ~30 rules (most clauses; `tests/memories` checks the rules still all start so).
-_RULE_START = re.compile(r"i|my", re.IGNORECASE)
+_RULE_START = re.compile(r"(?:i|im|ive|my)\b", re.IGNORECASE)
 _NOW_WORDS = re.compile(r"\b(?:now|these\s+days|nowadays)\b", re.IGNORECASE)
 # Clause boundaries inside a sentence: before a new first-person clause, or at ; and dashes.
 _CLAUSE_SPLIT = re.compile(

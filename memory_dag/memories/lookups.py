@@ -14,7 +14,7 @@ from memory_dag.memories.categories import AccessDenied
 from memory_dag.memories.journal import JOURNAL_SEQ_KEY
 from memory_dag.memories.writer import MemoryOpError
 from memory_dag.scope import Scope
-from memory_dag.store.connection import fetch_dicts, get_meta, open_store
+from memory_dag.store.connection import fetch_dicts, get_meta, listed, open_store
 
 #: Columns `Scope.allows` reads.
 _SCOPE_COLUMNS = "m.kind, m.user_id, m.conversation_id, m.session_id, m.category, m.attributes"
@@ -187,9 +187,9 @@ def superseded_turns(
         f"SELECT s.episode, s.by FROM ({_SUPERSEDED_SQL}) s "
         "JOIN memories e ON e.id = s.episode AND e.kind = 'episode'"
     )
-    params: list[Any] = []
-    if conversation_ids is not None:
-        query += " WHERE e.conversation_id IN (SELECT unnest(?::TEXT[]))"
-        params.append(list(conversation_ids))
-    rows = con.execute(query + " ORDER BY 1, 2 NULLS FIRST", params).fetchall()
-    return dict(rows)
+    if conversation_ids is None:
+        return dict(con.execute(query + " ORDER BY 1, 2 NULLS FIRST").fetchall())
+    # A view, not a bound list: the summaries stage asks for hundreds of conversations.
+    with listed(con, "_superseded_of", list(conversation_ids)):
+        query += " WHERE e.conversation_id IN (SELECT value FROM _superseded_of)"
+        return dict(con.execute(query + " ORDER BY 1, 2 NULLS FIRST").fetchall())

@@ -45,6 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -139,9 +140,10 @@ class UserTurn:
     #: The user the turn's facts belong to (a transcript line's `user_id`); None: shared.
     user_id: str | None = None
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """Identifies this turn with this text: an edited turn is a new turn to examine."""
+        """Identifies this turn with this text: an edited turn is a new turn to examine
+        (computed once: a run looks each turn up by it several times)."""
         return f"{self.episode_id}:{text_hash(self.content)[:16]}"
 
 
@@ -519,23 +521,11 @@ def _write_sessions(
             writer = MemoryWriter(con, provider, actor=ACTOR, now=now)
             opened = time.monotonic()
             with writer.transaction():
-                # One query each for what the sessions below would look up one by one.
-                remaining = due[position:]
-                writer.prefetch_facts(
-                    owner_key(t.user_id, t.conversation_id)
-                    for s in remaining
-                    for t in pending[s.path]
-                )
-                writer.prefetch_vectors(
-                    [
-                        c.text
-                        for s in remaining
-                        for t in pending[s.path]
-                        for c in extracted[t.key][0]
-                    ]
-                )
+                prefetched = position  # due[position:prefetched] are looked up already
                 marks: list[dict[str, Any]] = []
                 while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
+                    if position == prefetched:
+                        prefetched = _prefetch_window(writer, due, position, pending, extracted)
                     session, turns = due[position], pending[due[position].path]
                     position += 1
                     if session.path not in closing and not turns:
@@ -554,10 +544,47 @@ def _write_sessions(
                     timings["write"] += session_writer.timings["write"]
                     written.extend(session_writer.written)
                 _write_marks(writer, marks)
+            if position < len(due):
+                # The next batch opens the store again at once: closing without a checkpoint
+                # leaves the batch in the write-ahead log (committed, replayed in milliseconds
+                # on open; DuckDB still checkpoints when the log grows past its threshold),
+                # where a checkpoint rewrites the last row group of `memories` (~0.8 s at
+                # 100k turns) at every batch. The stage's last close checkpoints as before.
+                con.execute("PRAGMA disable_checkpoint_on_shutdown")
         for key in ("entities_created", "entity_links", "relations", "llm_failures"):
             counts[key] += writer.counts.get(key, 0)
         timings["relations"] += writer.relation_seconds
     return written
+
+
+#: The sessions ahead whose owners' facts and candidates' vectors are looked up at once hold
+#: about this many user turns (see `_prefetch_window`).
+PREFETCH_TURNS = 20_000
+
+
+def _prefetch_window(
+    writer: MemoryWriter,
+    due: list[Session],
+    start: int,
+    pending: dict[str, list[UserTurn]],
+    extracted: dict[str, Extracted],
+) -> int:
+    """Look up, in one query each, what the sessions from `start` on would look up one by one:
+    their owners' facts and their candidates' cached vectors; returns where the window ends.
+
+    A window, not every remaining session: each batch has a new writer, and looking up all
+    that is left at every batch grew with the square of the corpus (a long run has hundreds of
+    batches). Owners already loaded in this batch keep their in-memory facts, and an owner is
+    loaded before anything of theirs is written in the batch, so the result is the same.
+    """
+    end, turns = start, 0
+    while end < len(due) and (end == start or turns < PREFETCH_TURNS):
+        turns += len(pending[due[end].path])
+        end += 1
+    window = [turn for session in due[start:end] for turn in pending[session.path]]
+    writer.prefetch_facts(owner_key(t.user_id, t.conversation_id) for t in window)
+    writer.prefetch_vectors([c.text for t in window for c in extracted[t.key][0]])
+    return end
 
 
 def _method_note(method: str, settings: Settings) -> str:

@@ -57,6 +57,7 @@ from memory_dag.memories.lookups import superseded_turns
 from memory_dag.store.connection import (
     fetch_dicts,
     insert_arrow,
+    listed,
     open_store,
     registered,
     to_json,
@@ -194,43 +195,45 @@ def gather_inputs(
 ) -> list[ConversationInput]:
     """`gather_input` of many conversations, with one query per table for all of them."""
     ids = list(conversation_ids)
-    priors = {
-        summary.conversation_id: summary
-        for summary in _load(
+    # The conversations' ids and their L3 ids as views: a bound list costs ~0.1 ms a value.
+    with listed(con, "_conversations", ids), listed(con, "_finals", [final_id(c) for c in ids]):
+        priors = {
+            summary.conversation_id: summary
+            for summary in _load(
+                con,
+                "id IN (SELECT value FROM _finals) AND valid_until IS NULL AND state = 'active'",
+                [],
+            )
+            if summary.id == final_id(summary.conversation_id)
+        }
+        episodes = _grouped(
             con,
-            "id IN (SELECT unnest(?::TEXT[])) AND valid_until IS NULL AND state = 'active'",
-            [[final_id(c) for c in ids]],
+            "SELECT conversation_id, id, turn_id, session_id, role, speaker, content, event_time, "
+            "line, path FROM episodes WHERE conversation_id IN (SELECT value FROM _conversations) "
+            "ORDER BY conversation_id, path, line",
+            [],
         )
-        if summary.id == final_id(summary.conversation_id)
-    }
-    episodes = _grouped(
-        con,
-        "SELECT conversation_id, id, turn_id, session_id, role, speaker, content, event_time, "
-        "line, path FROM episodes WHERE conversation_id IN (SELECT unnest(?::TEXT[])) "
-        "ORDER BY conversation_id, path, line",
-        [ids],
-    )
-    entry_turns = _grouped(
-        con,
-        "SELECT conversation_id, path, entry_id, role, body, created_at FROM notes "
-        "WHERE kind = 'entry' AND conversation_id IN (SELECT unnest(?::TEXT[])) "
-        "AND role IN ('user', 'assistant') AND path LIKE 'entries/%/turns/%' "
-        "ORDER BY conversation_id, created_at NULLS LAST, path",
-        [ids],
-    )
-    facts = _grouped(
-        con,
-        "SELECT conversation_id, id, content, created_at, category FROM facts "
-        "WHERE conversation_id IN (SELECT unnest(?::TEXT[])) AND user_id IS NULL "
-        "UNION ALL "
-        "SELECT conversation_id, path AS id, trim(body) AS content, created_at, "
-        "NULL AS category FROM notes "
-        "WHERE kind = 'entry' AND conversation_id IN (SELECT unnest(?::TEXT[])) "
-        "AND role = 'memory' AND path LIKE 'entries/%/facts/%' "
-        "ORDER BY conversation_id, created_at NULLS FIRST, id",
-        [ids, ids],
-    )
-    superseded = superseded_turns(con, ids)
+        entry_turns = _grouped(
+            con,
+            "SELECT conversation_id, path, entry_id, role, body, created_at FROM notes "
+            "WHERE kind = 'entry' AND conversation_id IN (SELECT value FROM _conversations) "
+            "AND role IN ('user', 'assistant') AND path LIKE 'entries/%/turns/%' "
+            "ORDER BY conversation_id, created_at NULLS LAST, path",
+            [],
+        )
+        facts = _grouped(
+            con,
+            "SELECT conversation_id, id, content, created_at, category FROM facts "
+            "WHERE conversation_id IN (SELECT value FROM _conversations) AND user_id IS NULL "
+            "UNION ALL "
+            "SELECT conversation_id, path AS id, trim(body) AS content, created_at, "
+            "NULL AS category FROM notes "
+            "WHERE kind = 'entry' AND conversation_id IN (SELECT value FROM _conversations) "
+            "AND role = 'memory' AND path LIKE 'entries/%/facts/%' "
+            "ORDER BY conversation_id, created_at NULLS FIRST, id",
+            [],
+        )
+        superseded = superseded_turns(con, ids)
     return [
         _input_of(
             conversation_id,
@@ -366,17 +369,17 @@ def write_summaries(
         return {}
     now = datetime.now(UTC)
     ids = [gathered.conversation_id for gathered, _ in trees]
-    known = {
-        conversation_id: (int(generation), int(active))
-        for conversation_id, generation, active in con.execute(
-            "SELECT conversation_id, "
-            "coalesce(max(CAST(json_extract(attributes, '$.generation') AS INTEGER)), 0), "
-            "count(*) FILTER (WHERE valid_until IS NULL AND state = 'active') "
-            "FROM memories WHERE kind = 'summary' "
-            "AND conversation_id IN (SELECT unnest(?::TEXT[])) GROUP BY conversation_id",
-            [ids],
-        ).fetchall()
-    }
+    with listed(con, "_summarized", ids):
+        known = {
+            conversation_id: (int(generation), int(active))
+            for conversation_id, generation, active in con.execute(
+                "SELECT conversation_id, "
+                "coalesce(max(CAST(json_extract(attributes, '$.generation') AS INTEGER)), 0), "
+                "count(*) FILTER (WHERE valid_until IS NULL AND state = 'active') "
+                "FROM memories WHERE kind = 'summary' "
+                "AND conversation_id IN (SELECT value FROM _summarized) GROUP BY conversation_id"
+            ).fetchall()
+        }
     written: dict[str, tuple[int | None, int]] = {}
     retiring: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []

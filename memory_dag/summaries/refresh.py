@@ -20,7 +20,7 @@ from memory_dag import progress
 from memory_dag.config import Settings
 from memory_dag.parallel import process_map
 from memory_dag.reports import PREVIEW_ROWS, StageReport
-from memory_dag.store.connection import open_store
+from memory_dag.store.connection import listed, open_store
 from memory_dag.summaries.conversation_summaries import (
     CONTENT_TYPE,
     ConversationInput,
@@ -213,12 +213,14 @@ def _groups(settings: Settings, conversation_ids: list[str]) -> list[list[str]]:
     """The conversations in groups of about `GROUP_TURNS` turns, in the order given."""
     if len(conversation_ids) <= 1:
         return [conversation_ids] if conversation_ids else []
-    with open_store(settings.db_path, read_only=True) as con:
+    with (
+        open_store(settings.db_path, read_only=True) as con,
+        listed(con, "_conversations", conversation_ids),
+    ):
         turns = dict(
             con.execute(
                 "SELECT conversation_id, count(*) FROM episodes "
-                "WHERE conversation_id IN (SELECT unnest(?::TEXT[])) GROUP BY 1",
-                [conversation_ids],
+                "WHERE conversation_id IN (SELECT value FROM _conversations) GROUP BY 1"
             ).fetchall()
         )
     groups: list[list[str]] = [[]]

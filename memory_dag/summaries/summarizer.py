@@ -323,6 +323,8 @@ def _chunks_counted(
     last_ids: list[int] | None = None  # the tokens of chunks[-1], when they were counted
     start = 0
     while start < len(units):
+        if chunks and last_ids is None:  # its tail needs its tokens: count it with them
+            counts[-1], last_ids = _count_and_ids(chunks[-1])
         prefix = _token_tail(chunks[-1], overlap, last_ids) if chunks else ""
         estimate = count_tokens(prefix)
         end = start
