@@ -25,6 +25,7 @@ from memory_dag.reports import PREVIEW_ROWS, StageReport, StageTimer
 from memory_dag.store.connection import (
     fetch_dicts,
     insert_arrow,
+    listed,
     open_store,
 )
 
@@ -43,36 +44,36 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             con,
             f"SELECT path, kind, source, hash, conversation_id, session_id FROM files {where}",
         )
-        notes = _rows_by_path(
-            con,
-            "SELECT path, body, body_start_line, created_at FROM notes "
-            "WHERE path IN (SELECT unnest(?::TEXT[]))",
-            [p["path"] for p in pending if p["kind"] != "transcript"],
-        )
-        episodes = con.execute(
-            f"SELECT path, {', '.join(TURN_COLUMNS)} FROM episodes "
-            "WHERE path IN (SELECT unnest(?::TEXT[])) ORDER BY path, line",
-            [[p["path"] for p in pending if p["kind"] == "transcript"]],
-        ).pl()
-        now = _now()
-        rows, failed = _chunk_rows(pending, notes, episodes, settings, now)
-        con.execute("BEGIN TRANSACTION")
-        try:
-            if pending:
-                con.execute(
-                    "DELETE FROM chunks WHERE path IN (SELECT unnest(?::TEXT[]))",
-                    [[p["path"] for p in pending]],
+        # Paths as Arrow views, not bound lists (`store.connection.listed`: ~0.1 ms a value;
+        # four lists of every pending file's path took ~2 s at 5k files).
+        with listed(con, "chunk_paths", [p["path"] for p in pending]):
+            notes = {
+                row["path"]: row
+                for row in fetch_dicts(
+                    con,
+                    "SELECT path, body, body_start_line, created_at FROM notes "
+                    "WHERE path IN (SELECT value FROM chunk_paths)",
                 )
-            insert_arrow(con, "chunks", rows)
-            insert_arrow(con, "ingest_errors", _error_rows(failed, now))
-            con.execute(
-                "UPDATE files SET chunked_hash = hash WHERE path IN (SELECT unnest(?::TEXT[]))",
-                [[p["path"] for p in pending]],
-            )
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+            }
+            episodes = con.execute(
+                f"SELECT path, {', '.join(TURN_COLUMNS)} FROM episodes "
+                "WHERE path IN (SELECT value FROM chunk_paths) ORDER BY path, line"
+            ).pl()
+            now = _now()
+            rows, failed = _chunk_rows(pending, notes, episodes, settings, now)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("DELETE FROM chunks WHERE path IN (SELECT value FROM chunk_paths)")
+                insert_arrow(con, "chunks", rows)
+                insert_arrow(con, "ingest_errors", _error_rows(failed, now))
+                con.execute(
+                    "UPDATE files SET chunked_hash = hash "
+                    "WHERE path IN (SELECT value FROM chunk_paths)"
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
         total = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
         report.preview = fetch_dicts(
             con,
@@ -146,9 +147,3 @@ def _error_rows(failed: list[tuple[dict[str, Any], str]], now: datetime) -> pa.T
         ],
         schema=ERROR_SCHEMA,
     )
-
-
-def _rows_by_path(con: Any, sql: str, paths: list[str]) -> dict[str, dict[str, Any]]:
-    if not paths:
-        return {}
-    return {row["path"]: row for row in fetch_dicts(con, sql, [paths])}
