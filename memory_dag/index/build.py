@@ -110,6 +110,9 @@ def build_search_index(
                     model,
                 )
             # A rebuild takes every document's vector; an increment only the added rows'.
+            # They go straight into one matrix in row order, batch by batch: holding the
+            # fetched column, its copy as a matrix and the reordered matrix at once cost
+            # three times the vectors' size (3 GB at 1M rows of 256 floats).
             hashes = (
                 "SELECT hash FROM search_documents"
                 if change is None
@@ -117,13 +120,13 @@ def build_search_index(
             )
             wanted = [] if change is None else table.column("hash").to_pylist()
             with listed(con, "index_hashes", wanted):
-                embedded = fetch_arrow(
-                    con,
+                reader = con.execute(
                     f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
                     "FROM embedding_cache WHERE provider = ? AND model = ? "
                     f"AND hash IN ({hashes})",
                     model,
-                )
+                ).fetch_record_batch(VECTOR_BATCH_ROWS)
+                vectors = _vectors_in_row_order(table.column("hash"), reader, provider.dims)
             total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
             catalog = fetch_arrow(
                 con,
@@ -131,9 +134,6 @@ def build_search_index(
                 "ORDER BY id",
             )
             con.execute("COMMIT")
-        vectors = _arrow_to_vectors(embedded.column("embedding"), provider.dims)
-        positions = pc.index_in(table.column("hash"), value_set=embedded.column("hash"))
-        vectors = vectors[positions.to_numpy(zero_copy_only=False)]
         published = {
             "fingerprint": fingerprint,
             "store_users": users,
@@ -187,12 +187,31 @@ def _chunks_fingerprint(con: Any) -> str:
     return row[0]
 
 
-def _arrow_to_vectors(column: pa.ChunkedArray, dims: int) -> np.ndarray:
-    """A (rows × dims) float32 matrix from a FLOAT[dims] column (read-only if not copied)."""
-    if len(column) == 0:
-        return np.zeros((0, dims), dtype=np.float32)
-    parts = [chunk.flatten().to_numpy().reshape(len(chunk), dims) for chunk in column.chunks]
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+#: Embeddings read from DuckDB at a time while the index's matrix is filled.
+VECTOR_BATCH_ROWS = 65_536
+
+
+def _vectors_in_row_order(
+    row_hashes: pa.ChunkedArray | pa.Array, batches: pa.RecordBatchReader, dims: int
+) -> np.ndarray:
+    """The (rows × dims) float32 matrix whose row i is the embedding of `row_hashes[i]`, filled
+    from (hash, FLOAT[dims] embedding) batches; rows may share a hash (identical texts)."""
+    hashes = row_hashes.combine_chunks() if isinstance(row_hashes, pa.ChunkedArray) else row_hashes
+    vectors = np.empty((len(hashes), dims), dtype=np.float32)
+    filled = np.zeros(len(hashes), dtype=bool)
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        position = pc.fill_null(pc.index_in(hashes, value_set=batch.column("hash")), -1)
+        position = position.to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero(position >= 0)
+        found = position[rows]
+        embeddings = batch.column("embedding").flatten().to_numpy().reshape(batch.num_rows, dims)
+        vectors[rows] = embeddings[found]
+        filled[rows] = True
+    if not filled.all():  # the documents were chosen by their embedding: not expected
+        raise RuntimeError(f"{int((~filled).sum())} index rows have no embedding")
+    return vectors
 
 
 # ---------------------------------------------------------------------------------------------
