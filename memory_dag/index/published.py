@@ -26,6 +26,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_dag.index.search_text import bm25_documents
-from memory_dag.index.text_index import TextIndex
+from memory_dag.index.text_index import TOKENIZE_BATCH, TextIndex
 from memory_dag.index.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
 from memory_dag.paths import resolved
 
@@ -244,9 +245,7 @@ def publish_index(
         # mostly Python and Polars), ~2 s at 100k rows that would otherwise come on top.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="faiss-build") as background:
             vector_files = background.submit(_write_vector_files, vectors, dims, staging)
-            columns = rows.select(["search_text", "event_time", "kind"])
-            documents = bm25_documents(pl.from_arrow(columns))
-            text_index = TextIndex.build(documents)
+            text_index = TextIndex.from_batches(_bm25_document_batches(rows), rows.num_rows)
             text_index.save(staging / "bm25")
             pq.write_table(rows, staging / "rows.parquet")
             if catalog is not None:
@@ -275,6 +274,16 @@ def publish_index(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def _bm25_document_batches(rows: pa.Table) -> Iterator[pl.Series]:
+    """The rows' BM25 documents, `TOKENIZE_BATCH` at a time: a Polars copy of every search
+    text at once would be ~1 GB at 1M rows."""
+    columns = rows.select(["search_text", "event_time", "kind"])
+    for start in range(0, rows.num_rows, TOKENIZE_BATCH):
+        frame = pl.from_arrow(columns.slice(start, TOKENIZE_BATCH))
+        assert isinstance(frame, pl.DataFrame)
+        yield bm25_documents(frame)
 
 
 def new_staging(index_dir: Path) -> tuple[Path, str]:
