@@ -28,6 +28,8 @@ PHASES = [
     ("memory_dag.index.build", "_vectors_in_row_order"),
     ("memory_dag.index.build", "plan_change"),
     ("memory_dag.index.build", "publish_index"),
+    ("memory_dag.index.build", "stage_rows"),
+    ("memory_dag.index.build", "publish_staged"),
     ("memory_dag.index.published", "_write_vector_files"),
     ("memory_dag.index.published", "bm25_documents"),
     ("memory_dag.index.text_index", "tokenize_corpus"),
