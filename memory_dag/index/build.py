@@ -27,8 +27,12 @@ from memory_dag.index.incremental import plan_change, publish_incremental
 from memory_dag.index.published import (
     CATALOG_COLUMNS,
     FORMAT_VERSION,
-    publish_index,
+    ROW_BATCH,
+    StagedRows,
+    discard_staged,
+    publish_staged,
     read_manifest,
+    stage_rows,
 )
 from memory_dag.memories.journal import JOURNAL_SEQ_KEY
 from memory_dag.reports import StageReport, StageTimer
@@ -102,45 +106,59 @@ def build_search_index(
                 )
             # Lists as Arrow views, not bound lists (`store.connection.listed`: ~0.1 ms a value).
             only = "" if change is None else "AND c.id IN (SELECT value FROM index_added)"
+            rows_query = (
+                f"SELECT {_ROW_COLUMNS} {_DOCUMENTS} {only} "
+                "ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id"
+            )
+            staged: StagedRows | None = None
+            table: pa.Table | None = None
             with listed(con, "index_added", change.added if change is not None else []):
-                table = fetch_arrow(
-                    con,
-                    f"SELECT {_ROW_COLUMNS} {_DOCUMENTS} {only} "
-                    "ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id",
-                    model,
+                if change is None:
+                    # A rebuild streams its rows into the next version's folder as they come:
+                    # every row's text held at once was ~1.5 GB at 1M rows.
+                    batches = con.execute(rows_query, model).fetch_record_batch(ROW_BATCH)
+                    staged = stage_rows(settings.index_dir, batches, hashes=True)
+                    row_hashes = staged.hashes
+                else:
+                    table = fetch_arrow(con, rows_query, model)
+                    row_hashes = table.column("hash")
+            try:
+                # A rebuild takes every document's vector; an increment only the added rows'.
+                # They go straight into one matrix in row order, batch by batch: holding the
+                # fetched column, its copy as a matrix and the reordered matrix at once cost
+                # three times the vectors' size (3 GB at 1M rows of 256 floats).
+                hashes = (
+                    "SELECT hash FROM search_documents"
+                    if change is None
+                    else "SELECT value FROM index_hashes"
                 )
-            # A rebuild takes every document's vector; an increment only the added rows'.
-            # They go straight into one matrix in row order, batch by batch: holding the
-            # fetched column, its copy as a matrix and the reordered matrix at once cost
-            # three times the vectors' size (3 GB at 1M rows of 256 floats).
-            hashes = (
-                "SELECT hash FROM search_documents"
-                if change is None
-                else "SELECT value FROM index_hashes"
-            )
-            wanted = [] if change is None else table.column("hash").to_pylist()
-            with listed(con, "index_hashes", wanted):
-                reader = con.execute(
-                    f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
-                    "FROM embedding_cache WHERE provider = ? AND model = ? "
-                    f"AND hash IN ({hashes})",
-                    model,
-                ).fetch_record_batch(VECTOR_BATCH_ROWS)
-                vectors = _vectors_in_row_order(table.column("hash"), reader, provider.dims)
-            total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
-            catalog = fetch_arrow(
-                con,
-                f"SELECT {', '.join(CATALOG_COLUMNS)} FROM memories WHERE kind <> 'episode' "
-                "ORDER BY id",
-            )
-            con.execute("COMMIT")
+                wanted = [] if change is None else row_hashes.to_pylist()
+                with listed(con, "index_hashes", wanted):
+                    reader = con.execute(
+                        f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
+                        "FROM embedding_cache WHERE provider = ? AND model = ? "
+                        f"AND hash IN ({hashes})",
+                        model,
+                    ).fetch_record_batch(VECTOR_BATCH_ROWS)
+                    vectors = _vectors_in_row_order(row_hashes, reader, provider.dims)
+                total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
+                catalog = fetch_arrow(
+                    con,
+                    f"SELECT {', '.join(CATALOG_COLUMNS)} FROM memories WHERE kind <> 'episode' "
+                    "ORDER BY id",
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                if staged is not None:
+                    discard_staged(staged)
+                raise
         published = {
             "fingerprint": fingerprint,
             "store_users": users,
             "catalog": catalog,
             "journal_seq": journal_seq,
         }
-        if change is not None:
+        if table is not None and change is not None:
             manifest = publish_incremental(settings.index_dir, change, table, vectors, **published)
             step = manifest["incremental"]
             report.notes.append(
@@ -149,16 +167,16 @@ def build_search_index(
             )
             indexed = int(manifest["count"])
         else:
-            manifest = publish_index(
+            assert staged is not None
+            manifest = publish_staged(
                 settings.index_dir,
-                table.drop_columns(["hash"]),
+                staged,
                 vectors,
                 provider=provider.name,
                 model=provider.model,
-                hashes=table.column("hash"),
                 **published,
             )
-            indexed = table.num_rows
+            indexed = staged.count
         not_embedded = int(total_chunks) - indexed
         if not_embedded:
             report.notes.append(f"{not_embedded} documents have no embedding yet: not indexed")
@@ -269,8 +287,9 @@ def build_indexes(
     DuckDB builds its FTS index on one core, in C++, without holding the GIL, so it can run
     next to the FAISS + BM25 build (at 100k chunks, ~14 s for both against ~16 s one after
     the other). The FTS build runs at a lower priority, so that the search index, which agents
-    are waiting for, is published about as soon as when it is built alone. The search index is
-    reported first; a failure of one build does not stop the other.
+    are waiting for, is published about as soon as when it is built alone. Above
+    `FTS_BESIDE_MAX_CHUNKS` it runs after the search index instead, for memory. The search
+    index is reported first; a failure of one build beside the other does not stop it.
 
     `settle`: this is the last stage of a run of every stage; when both builds succeed and
     nothing wrote the store meanwhile, record that the graph settled (`graph_state`), so the
@@ -279,16 +298,32 @@ def build_indexes(
     from memory_dag.graph_state import record_settled, settle_token
 
     token = settle_token(settings) if settle and search_index and fts else None
+    beside = fts and search_index and _chunk_count(settings) <= FTS_BESIDE_MAX_CHUNKS
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fts-build") as threads:
         fts_build = (
-            threads.submit(build_fts_index, settings, force=force, background=True) if fts else None
+            threads.submit(build_fts_index, settings, force=force, background=True)
+            if beside
+            else None
         )
         if search_index:
             yield build_search_index(settings, force=force)
         if fts_build is not None:
             yield fts_build.result()
+        elif fts:
+            yield build_fts_index(settings, force=force)
     if token is not None:
         record_settled(settings, token)
+
+
+#: Above this many chunks the FTS build waits for the search index instead of running beside
+#: it: its memory (DuckDB's, outside the memory limit: ~2.3 KB a chunk, 0.7 GB at 300k) would
+#: come on top of the FAISS + BM25 build's, the step's peak (~2 GB more at 1M chunks).
+FTS_BESIDE_MAX_CHUNKS = 250_000
+
+
+def _chunk_count(settings: Settings) -> int:
+    with open_store(settings.db_path) as con:
+        return int(con.execute("SELECT count(*) FROM chunks").fetchone()[0])
 
 
 #: Nice value of the FTS build beside the search index: it takes a smaller share of a busy
