@@ -33,6 +33,7 @@ from memory_dag.index.published import (
     publish_staged,
     read_manifest,
     stage_rows,
+    stage_vectors,
 )
 from memory_dag.memories.journal import JOURNAL_SEQ_KEY
 from memory_dag.reports import StageReport, StageTimer
@@ -168,10 +169,15 @@ def build_search_index(
             indexed = int(manifest["count"])
         else:
             assert staged is not None
+            try:
+                stage_vectors(staged, vectors)
+            except BaseException:
+                discard_staged(staged)
+                raise
+            del vectors  # FAISS reads them back from the staging folder
             manifest = publish_staged(
                 settings.index_dir,
                 staged,
-                vectors,
                 provider=provider.name,
                 model=provider.model,
                 **published,

@@ -41,7 +41,12 @@ import pyarrow.parquet as pq
 
 from memory_dag.index.search_text import bm25_documents
 from memory_dag.index.text_index import TOKENIZE_BATCH, TextIndex
-from memory_dag.index.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
+from memory_dag.index.vector_index import (
+    build_faiss_from_file,
+    index_type_for,
+    load_faiss,
+    save_faiss,
+)
 from memory_dag.paths import resolved
 
 FORMAT_VERSION = 3  # bump when the folder layout or row columns change
@@ -237,10 +242,14 @@ def publish_index(
     if hashes is not None:
         rows = rows.append_column("hash", hashes)
     staged = stage_rows(index_dir, rows.to_reader(), hashes=hashes is not None)
+    try:
+        stage_vectors(staged, vectors)
+    except BaseException:
+        discard_staged(staged)
+        raise
     return publish_staged(
         index_dir,
         staged,
-        vectors,
         provider=provider,
         model=model,
         fingerprint=fingerprint,
@@ -259,6 +268,8 @@ class StagedRows:
     count: int
     #: Each row's content hash, in row order (None when the rows came without).
     hashes: pa.Array | None
+    #: Dimensions of the vectors written by `stage_vectors` (0: none).
+    dims: int = 0
 
 
 #: Rows written to `rows.parquet` at a time (a Parquet row group each).
@@ -299,6 +310,16 @@ def _row_table(table: pa.Table) -> pa.Table:
     return table.select(ROW_SCHEMA.names).cast(ROW_SCHEMA)
 
 
+def stage_vectors(staged: StagedRows, vectors: np.ndarray) -> None:
+    """Write the rows' vectors, in row order, as the staging folder's `vectors.npy`: the FAISS
+    build reads them back from it (`build_faiss_from_file`), so the caller may let go of
+    them before the build."""
+    if staged.count != len(vectors):
+        raise ValueError(f"{staged.count} rows but {len(vectors)} vectors")
+    np.save(staged.staging / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+    staged.dims = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
+
+
 def discard_staged(staged: StagedRows) -> None:
     """Remove a staging folder whose version will not be published."""
     shutil.rmtree(staged.staging, ignore_errors=True)
@@ -307,7 +328,6 @@ def discard_staged(staged: StagedRows) -> None:
 def publish_staged(
     index_dir: Path,
     staged: StagedRows,
-    vectors: np.ndarray,
     *,
     provider: str,
     model: str,
@@ -316,18 +336,18 @@ def publish_staged(
     catalog: pa.Table | None = None,
     journal_seq: int = 0,
 ) -> dict[str, Any]:
-    """Build FAISS + BM25 for staged rows and their vectors, and make the version current.
+    """Build FAISS + BM25 for staged rows and vectors (`stage_rows`, `stage_vectors`), and
+    make the version current.
 
-    BM25 reads its documents back from `rows.parquet`, a batch at a time."""
-    staging, name, count = staged.staging, staged.name, staged.count
+    Both read their input back from the staging folder, a batch at a time."""
+    staging, name, count, dims = staged.staging, staged.name, staged.count, staged.dims
     try:
-        if count != len(vectors):
-            raise ValueError(f"{count} rows but {len(vectors)} vectors")
-        dims = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
+        if not (staging / "vectors.npy").exists():
+            raise ValueError(f"{staging}: no vectors staged (stage_vectors)")
         # FAISS trains and adds outside the GIL: it runs beside the BM25 build (which is
         # mostly Python and Polars), ~2 s at 100k rows that would otherwise come on top.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="faiss-build") as background:
-            vector_files = background.submit(_write_vector_files, vectors, dims, staging)
+            vector_files = background.submit(_write_vector_index, dims, staging)
             documents = _bm25_document_batches(staging / "rows.parquet")
             text_index = TextIndex.from_batches(documents, count)
             text_index.save(staging / "bm25")
@@ -390,10 +410,9 @@ def install_version(index_dir: Path, staging: Path, name: str, manifest: dict[st
     _remove_old_versions(index_dir, keep=name)
 
 
-def _write_vector_files(vectors: np.ndarray, dims: int, folder: Path) -> None:
+def _write_vector_index(dims: int, folder: Path) -> None:
     if dims:
-        save_faiss(build_faiss(vectors), folder / "vectors.faiss")
-    np.save(folder / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+        save_faiss(build_faiss_from_file(folder / "vectors.npy"), folder / "vectors.faiss")
 
 
 def _remove_old_versions(index_dir: Path, keep: str) -> None:
