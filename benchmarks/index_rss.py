@@ -31,6 +31,8 @@ PHASES = [
     ("memory_dag.index.build", "stage_rows"),
     ("memory_dag.index.build", "publish_staged"),
     ("memory_dag.index.published", "_write_vector_files"),
+    ("memory_dag.index.published", "_write_vector_index"),
+    ("memory_dag.index.build", "stage_vectors"),
     ("memory_dag.index.published", "bm25_documents"),
     ("memory_dag.index.text_index", "tokenize_corpus"),
     ("memory_dag.index.published", "TextIndex.build"),
