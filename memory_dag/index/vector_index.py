@@ -51,6 +51,8 @@ def _add_blocks(count: int) -> list[tuple[int, int]]:
     size = max(ADD_BLOCK, faiss.cvar.distance_compute_blas_threshold)
     size = -(-size // query_block) * query_block
     starts = list(range(0, count, size))
+    if not starts:
+        return []
     if len(starts) > 1 and count - starts[-1] < size:  # a short last block joins the one before
         starts.pop()
     return list(zip(starts, [*starts[1:], count], strict=True))
