@@ -64,8 +64,9 @@ def embed_chunks(settings: Settings) -> StageReport:
                 f"embedding model changed from {previous[0]}/{previous[1]} to "
                 f"{provider.name}/{provider.model}: every chunk is embedded again"
             )
-        hashes = missing.column("hash").to_pylist()
-        texts = missing.column("search_text").to_pylist()
+        # Texts become Python strings a batch at a time: all of them at once were a second
+        # copy of every text (~1 GB at 1M chunks) beside the Arrow column.
+        hashes, texts = missing.column("hash"), missing.column("search_text")
         batch = max(1, settings.embedding_batch_size) * 8
         progress.set_total(len(texts), "texts")
         pending: list[pa.Table] = []
@@ -81,13 +82,13 @@ def embed_chunks(settings: Settings) -> StageReport:
                     pending.clear()
 
             for start in range(0, len(texts), batch):
-                vectors = provider.embed(texts[start : start + batch])
+                vectors = provider.embed(texts.slice(start, batch).to_pylist())
                 pending.append(
                     pa.table(
                         {
                             "provider": pa.array([provider.name] * len(vectors)),
                             "model": pa.array([provider.model] * len(vectors)),
-                            "hash": pa.array(hashes[start : start + batch]),
+                            "hash": hashes.slice(start, batch),
                             "dims": pa.array([provider.dims] * len(vectors), type=pa.int32()),
                             "embedding": _vectors_to_arrow(vectors),
                             "created_at": pa.array([_now()] * len(vectors), type=_TS),

@@ -27,8 +27,13 @@ from memory_dag.index.incremental import plan_change, publish_incremental
 from memory_dag.index.published import (
     CATALOG_COLUMNS,
     FORMAT_VERSION,
-    publish_index,
+    ROW_BATCH,
+    StagedRows,
+    discard_staged,
+    publish_staged,
     read_manifest,
+    stage_rows,
+    stage_vectors,
 )
 from memory_dag.memories.journal import JOURNAL_SEQ_KEY
 from memory_dag.reports import StageReport, StageTimer
@@ -39,6 +44,7 @@ from memory_dag.store.connection import (
     listed,
     load_fts,
     open_store,
+    registered,
     set_meta,
 )
 
@@ -102,45 +108,55 @@ def build_search_index(
                 )
             # Lists as Arrow views, not bound lists (`store.connection.listed`: ~0.1 ms a value).
             only = "" if change is None else "AND c.id IN (SELECT value FROM index_added)"
+            rows_query = (
+                f"SELECT {_ROW_COLUMNS} {_DOCUMENTS} {only} "
+                "ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id"
+            )
+            staged: StagedRows | None = None
+            table: pa.Table | None = None
             with listed(con, "index_added", change.added if change is not None else []):
-                table = fetch_arrow(
+                if change is None:
+                    # A rebuild streams its rows into the next version's folder as they come:
+                    # every row's text held at once was ~1.5 GB at 1M rows.
+                    batches = con.execute(rows_query, model).fetch_record_batch(ROW_BATCH)
+                    staged = stage_rows(settings.index_dir, batches, hashes=True)
+                    row_hashes = staged.hashes
+                else:
+                    table = fetch_arrow(con, rows_query, model)
+                    row_hashes = table.column("hash")
+            try:
+                # A rebuild takes every document's vector; an increment only the added rows'.
+                # They go straight into one matrix in row order, batch by batch: holding the
+                # fetched column, its copy as a matrix and the reordered matrix at once cost
+                # three times the vectors' size (3 GB at 1M rows of 256 floats).
+                # The rows' own hashes as an Arrow view, not `search_documents` again: at 300k
+                # rows its scan beside the vectors' took 0.27 GB more.
+                with registered(con, "index_hashes", pa.table({"value": row_hashes})):
+                    reader = con.execute(
+                        f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
+                        "FROM embedding_cache WHERE provider = ? AND model = ? "
+                        "AND hash IN (SELECT value FROM index_hashes)",
+                        model,
+                    ).fetch_record_batch(VECTOR_BATCH_ROWS)
+                    vectors = _vectors_in_row_order(row_hashes, reader, provider.dims)
+                total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
+                catalog = fetch_arrow(
                     con,
-                    f"SELECT {_ROW_COLUMNS} {_DOCUMENTS} {only} "
-                    "ORDER BY c.conversation_id NULLS FIRST, c.path, c.start_line, c.id",
-                    model,
+                    f"SELECT {', '.join(CATALOG_COLUMNS)} FROM memories WHERE kind <> 'episode' "
+                    "ORDER BY id",
                 )
-            # A rebuild takes every document's vector; an increment only the added rows'.
-            hashes = (
-                "SELECT hash FROM search_documents"
-                if change is None
-                else "SELECT value FROM index_hashes"
-            )
-            wanted = [] if change is None else table.column("hash").to_pylist()
-            with listed(con, "index_hashes", wanted):
-                embedded = fetch_arrow(
-                    con,
-                    f"SELECT hash, embedding::FLOAT[{int(provider.dims)}] AS embedding "
-                    "FROM embedding_cache WHERE provider = ? AND model = ? "
-                    f"AND hash IN ({hashes})",
-                    model,
-                )
-            total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
-            catalog = fetch_arrow(
-                con,
-                f"SELECT {', '.join(CATALOG_COLUMNS)} FROM memories WHERE kind <> 'episode' "
-                "ORDER BY id",
-            )
-            con.execute("COMMIT")
-        vectors = _arrow_to_vectors(embedded.column("embedding"), provider.dims)
-        positions = pc.index_in(table.column("hash"), value_set=embedded.column("hash"))
-        vectors = vectors[positions.to_numpy(zero_copy_only=False)]
+                con.execute("COMMIT")
+            except BaseException:
+                if staged is not None:
+                    discard_staged(staged)
+                raise
         published = {
             "fingerprint": fingerprint,
             "store_users": users,
             "catalog": catalog,
             "journal_seq": journal_seq,
         }
-        if change is not None:
+        if table is not None and change is not None:
             manifest = publish_incremental(settings.index_dir, change, table, vectors, **published)
             step = manifest["incremental"]
             report.notes.append(
@@ -149,16 +165,21 @@ def build_search_index(
             )
             indexed = int(manifest["count"])
         else:
-            manifest = publish_index(
+            assert staged is not None
+            try:
+                stage_vectors(staged, vectors)
+            except BaseException:
+                discard_staged(staged)
+                raise
+            del vectors  # FAISS reads them back from the staging folder
+            manifest = publish_staged(
                 settings.index_dir,
-                table.drop_columns(["hash"]),
-                vectors,
+                staged,
                 provider=provider.name,
                 model=provider.model,
-                hashes=table.column("hash"),
                 **published,
             )
-            indexed = table.num_rows
+            indexed = staged.count
         not_embedded = int(total_chunks) - indexed
         if not_embedded:
             report.notes.append(f"{not_embedded} documents have no embedding yet: not indexed")
@@ -187,12 +208,31 @@ def _chunks_fingerprint(con: Any) -> str:
     return row[0]
 
 
-def _arrow_to_vectors(column: pa.ChunkedArray, dims: int) -> np.ndarray:
-    """A (rows × dims) float32 matrix from a FLOAT[dims] column (read-only if not copied)."""
-    if len(column) == 0:
-        return np.zeros((0, dims), dtype=np.float32)
-    parts = [chunk.flatten().to_numpy().reshape(len(chunk), dims) for chunk in column.chunks]
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+#: Embeddings read from DuckDB at a time while the index's matrix is filled.
+VECTOR_BATCH_ROWS = 65_536
+
+
+def _vectors_in_row_order(
+    row_hashes: pa.ChunkedArray | pa.Array, batches: pa.RecordBatchReader, dims: int
+) -> np.ndarray:
+    """The (rows × dims) float32 matrix whose row i is the embedding of `row_hashes[i]`, filled
+    from (hash, FLOAT[dims] embedding) batches; rows may share a hash (identical texts)."""
+    hashes = row_hashes.combine_chunks() if isinstance(row_hashes, pa.ChunkedArray) else row_hashes
+    vectors = np.empty((len(hashes), dims), dtype=np.float32)
+    filled = np.zeros(len(hashes), dtype=bool)
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        position = pc.fill_null(pc.index_in(hashes, value_set=batch.column("hash")), -1)
+        position = position.to_numpy(zero_copy_only=False)
+        rows = np.flatnonzero(position >= 0)
+        found = position[rows]
+        embeddings = batch.column("embedding").flatten().to_numpy().reshape(batch.num_rows, dims)
+        vectors[rows] = embeddings[found]
+        filled[rows] = True
+    if not filled.all():  # the documents were chosen by their embedding: not expected
+        raise RuntimeError(f"{int((~filled).sum())} index rows have no embedding")
+    return vectors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,8 +290,9 @@ def build_indexes(
     DuckDB builds its FTS index on one core, in C++, without holding the GIL, so it can run
     next to the FAISS + BM25 build (at 100k chunks, ~14 s for both against ~16 s one after
     the other). The FTS build runs at a lower priority, so that the search index, which agents
-    are waiting for, is published about as soon as when it is built alone. The search index is
-    reported first; a failure of one build does not stop the other.
+    are waiting for, is published about as soon as when it is built alone. Above
+    `FTS_BESIDE_MAX_CHUNKS` it runs after the search index instead, for memory. The search
+    index is reported first; a failure of one build beside the other does not stop it.
 
     `settle`: this is the last stage of a run of every stage; when both builds succeed and
     nothing wrote the store meanwhile, record that the graph settled (`graph_state`), so the
@@ -260,16 +301,32 @@ def build_indexes(
     from memory_dag.graph_state import record_settled, settle_token
 
     token = settle_token(settings) if settle and search_index and fts else None
+    beside = fts and search_index and _chunk_count(settings) <= FTS_BESIDE_MAX_CHUNKS
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fts-build") as threads:
         fts_build = (
-            threads.submit(build_fts_index, settings, force=force, background=True) if fts else None
+            threads.submit(build_fts_index, settings, force=force, background=True)
+            if beside
+            else None
         )
         if search_index:
             yield build_search_index(settings, force=force)
         if fts_build is not None:
             yield fts_build.result()
+        elif fts:
+            yield build_fts_index(settings, force=force)
     if token is not None:
         record_settled(settings, token)
+
+
+#: Above this many chunks the FTS build waits for the search index instead of running beside
+#: it: its memory (DuckDB's, outside the memory limit: ~2.3 KB a chunk, 0.7 GB at 300k) would
+#: come on top of the FAISS + BM25 build's, the step's peak (~2 GB more at 1M chunks).
+FTS_BESIDE_MAX_CHUNKS = 250_000
+
+
+def _chunk_count(settings: Settings) -> int:
+    with open_store(settings.db_path) as con:
+        return int(con.execute("SELECT count(*) FROM chunks").fetchone()[0])
 
 
 #: Nice value of the FTS build beside the search index: it takes a smaller share of a busy

@@ -32,6 +32,21 @@ from memory_dag.ids import episode_id
 MAX_TURNS = 2000
 
 
+def new_turns(chunks: pa.Table, new_files: set[str]) -> pa.Table:
+    """The chunks that `lay_new_turns` would lay: one turn each, of a new transcript file."""
+    import pyarrow.compute as pc
+
+    return chunks.filter(
+        pc.and_(
+            pc.and_(
+                pc.equal(chunks.column("kind"), "transcript"),
+                pc.is_in(chunks.column("path"), value_set=pa.array(sorted(new_files), pa.string())),
+            ),
+            pc.equal(pc.list_value_length(chunks.column("turn_ids")), 1),
+        )
+    )
+
+
 def lay_new_turns(settings: Settings, chunks: pa.Table, new_files: set[str]) -> int:
     """Append delta records for the transcript chunks of `new_files` (new or changed files,
     one turn a chunk); returns how many turns were laid."""
@@ -39,17 +54,7 @@ def lay_new_turns(settings: Settings, chunks: pa.Table, new_files: set[str]) -> 
 
     if not new_files or current_version(settings.index_dir) is None or not chunks.num_rows:
         return 0
-    import pyarrow.compute as pc
-
-    turns = chunks.filter(
-        pc.and_(
-            pc.and_(
-                pc.equal(chunks.column("kind"), "transcript"),
-                pc.is_in(chunks.column("path"), value_set=pa.array(sorted(new_files))),
-            ),
-            pc.equal(pc.list_value_length(chunks.column("turn_ids")), 1),
-        )
-    )
+    turns = new_turns(chunks, new_files)
     if not turns.num_rows or turns.num_rows > MAX_TURNS:  # counted before any row is built
         return 0
     rows = turns.to_pylist()

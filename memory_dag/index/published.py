@@ -26,6 +26,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,8 +40,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_dag.index.search_text import bm25_documents
-from memory_dag.index.text_index import TextIndex
-from memory_dag.index.vector_index import build_faiss, index_type_for, load_faiss, save_faiss
+from memory_dag.index.text_index import TOKENIZE_BATCH, TextIndex
+from memory_dag.index.vector_index import (
+    build_faiss_from_file,
+    index_type_for,
+    load_faiss,
+    save_faiss,
+)
 from memory_dag.paths import resolved
 
 FORMAT_VERSION = 3  # bump when the folder layout or row columns change
@@ -233,28 +239,122 @@ def publish_index(
     """
     if rows.num_rows != len(vectors):
         raise ValueError(f"{rows.num_rows} rows but {len(vectors)} vectors")
-    for name in ROW_SCHEMA.names:  # optional columns default to null
-        if name not in rows.column_names:
-            rows = rows.append_column(name, pa.nulls(rows.num_rows, ROW_SCHEMA.field(name).type))
-    rows = rows.select(ROW_SCHEMA.names).cast(ROW_SCHEMA)
+    if hashes is not None:
+        rows = rows.append_column("hash", hashes)
+    staged = stage_rows(index_dir, rows.to_reader(), hashes=hashes is not None)
+    try:
+        stage_vectors(staged, vectors)
+    except BaseException:
+        discard_staged(staged)
+        raise
+    return publish_staged(
+        index_dir,
+        staged,
+        provider=provider,
+        model=model,
+        fingerprint=fingerprint,
+        store_users=store_users,
+        catalog=catalog,
+        journal_seq=journal_seq,
+    )
+
+
+@dataclass
+class StagedRows:
+    """The rows of the next version, written to its staging folder (`rows.parquet`)."""
+
+    staging: Path
+    name: str
+    count: int
+    #: Each row's content hash, in row order (None when the rows came without).
+    hashes: pa.Array | None
+    #: Dimensions of the vectors written by `stage_vectors` (0: none).
+    dims: int = 0
+
+
+#: Rows written to `rows.parquet` at a time (a Parquet row group each).
+ROW_BATCH = 65_536
+
+
+def stage_rows(index_dir: Path, rows: Iterable[pa.RecordBatch], *, hashes: bool) -> StagedRows:
+    """Write rows (ROW_SCHEMA columns, missing ones null, plus `hash` when `hashes`) batch by
+    batch into a new staging folder, so that a rebuild never holds every row's text at once;
+    the (id, hash) pairs go to `row_hashes.parquet`."""
     staging, name = new_staging(index_dir)
     try:
-        dims = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
+        ids: list[pa.Array] = []
+        row_hashes: list[pa.Array] = []
+        with pq.ParquetWriter(staging / "rows.parquet", ROW_SCHEMA) as writer:
+            for batch in rows:
+                table = pa.Table.from_batches([batch])
+                if hashes:
+                    row_hashes.append(table.column("hash").combine_chunks().cast(pa.string()))
+                writer.write_table(_row_table(table), row_group_size=ROW_BATCH)
+                ids.append(table.column("id").combine_chunks().cast(pa.string()))
+        all_ids = pa.concat_arrays(ids) if ids else pa.array([], pa.string())
+        all_hashes = None
+        if hashes:
+            all_hashes = pa.concat_arrays(row_hashes) if row_hashes else pa.array([], pa.string())
+            pq.write_table(pa.table({"id": all_ids, "hash": all_hashes}), staging / HASHES_FILE)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return StagedRows(staging, name, len(all_ids), all_hashes)
+
+
+def _row_table(table: pa.Table) -> pa.Table:
+    """`table` as ROW_SCHEMA: optional columns null, others dropped, types cast."""
+    for name in ROW_SCHEMA.names:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, ROW_SCHEMA.field(name).type))
+    return table.select(ROW_SCHEMA.names).cast(ROW_SCHEMA)
+
+
+def stage_vectors(staged: StagedRows, vectors: np.ndarray) -> None:
+    """Write the rows' vectors, in row order, as the staging folder's `vectors.npy`: the FAISS
+    build reads them back from it (`build_faiss_from_file`), so the caller may let go of
+    them before the build."""
+    if staged.count != len(vectors):
+        raise ValueError(f"{staged.count} rows but {len(vectors)} vectors")
+    np.save(staged.staging / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+    staged.dims = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
+
+
+def discard_staged(staged: StagedRows) -> None:
+    """Remove a staging folder whose version will not be published."""
+    shutil.rmtree(staged.staging, ignore_errors=True)
+
+
+def publish_staged(
+    index_dir: Path,
+    staged: StagedRows,
+    *,
+    provider: str,
+    model: str,
+    fingerprint: str,
+    store_users: int | None = None,
+    catalog: pa.Table | None = None,
+    journal_seq: int = 0,
+) -> dict[str, Any]:
+    """Build FAISS + BM25 for staged rows and vectors (`stage_rows`, `stage_vectors`), and
+    make the version current.
+
+    Both read their input back from the staging folder, a batch at a time."""
+    staging, name, count, dims = staged.staging, staged.name, staged.count, staged.dims
+    try:
+        if not (staging / "vectors.npy").exists():
+            raise ValueError(f"{staging}: no vectors staged (stage_vectors)")
         # FAISS trains and adds outside the GIL: it runs beside the BM25 build (which is
         # mostly Python and Polars), ~2 s at 100k rows that would otherwise come on top.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="faiss-build") as background:
-            vector_files = background.submit(_write_vector_files, vectors, dims, staging)
-            columns = rows.select(["search_text", "event_time", "kind"])
-            documents = bm25_documents(pl.from_arrow(columns))
-            text_index = TextIndex.build(documents)
+            vector_files = background.submit(_write_vector_index, dims, staging)
+            documents = _bm25_document_batches(staging / "rows.parquet")
+            text_index = TextIndex.from_batches(documents, count)
             text_index.save(staging / "bm25")
-            pq.write_table(rows, staging / "rows.parquet")
+            bm25_avg_length = text_index.avg_length
+            del text_index  # its arrays are on disk: not held while FAISS finishes
             if catalog is not None:
                 pq.write_table(catalog, staging / CATALOG_FILE)
-            if hashes is not None:
-                pq.write_table(
-                    pa.table({"id": rows.column("id"), "hash": hashes}), staging / HASHES_FILE
-                )
             vector_files.result()
         manifest = {
             "format": FORMAT_VERSION,
@@ -263,18 +363,30 @@ def publish_index(
             "provider": provider,
             "model": model,
             "dims": dims,
-            "count": rows.num_rows,
-            "faiss_type": index_type_for(rows.num_rows) if dims else "none",
+            "count": count,
+            "faiss_type": index_type_for(count) if dims else "none",
             "fingerprint": fingerprint,
             "store_users": store_users,
             "journal_seq": int(journal_seq),
-            "bm25_avg_length": text_index.avg_length,
+            "bm25_avg_length": bm25_avg_length,
         }
         install_version(index_dir, staging, name, manifest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def _bm25_document_batches(path: Path) -> Iterator[pl.Series]:
+    """The BM25 documents of the rows in `path`, `TOKENIZE_BATCH` at a time: a Polars copy of
+    every search text at once would be ~1 GB at 1M rows."""
+    parquet = pq.ParquetFile(path)
+    for batch in parquet.iter_batches(
+        batch_size=TOKENIZE_BATCH, columns=["search_text", "event_time", "kind"]
+    ):
+        frame = pl.from_arrow(batch)
+        assert isinstance(frame, pl.DataFrame)
+        yield bm25_documents(frame)
 
 
 def new_staging(index_dir: Path) -> tuple[Path, str]:
@@ -298,10 +410,9 @@ def install_version(index_dir: Path, staging: Path, name: str, manifest: dict[st
     _remove_old_versions(index_dir, keep=name)
 
 
-def _write_vector_files(vectors: np.ndarray, dims: int, folder: Path) -> None:
+def _write_vector_index(dims: int, folder: Path) -> None:
     if dims:
-        save_faiss(build_faiss(vectors), folder / "vectors.faiss")
-    np.save(folder / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+        save_faiss(build_faiss_from_file(folder / "vectors.npy"), folder / "vectors.faiss")
 
 
 def _remove_old_versions(index_dir: Path, keep: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -60,6 +60,21 @@ class Terms:
 #: Texts tokenized together: the pieces of a batch are held at once (~1 GB for 100k texts
 #: would be ~10 GB for 1M), so a large corpus goes through in batches of this size.
 TOKENIZE_BATCH = 100_000
+
+
+#: (term, document) pairs weighted at a time by `TextIndex.from_batches`.
+WEIGHT_BLOCK = 4_000_000
+
+
+def _concatenated(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The parts as one array, emptying the list as it goes (no part is held twice)."""
+    out = np.empty(sum(len(part) for part in parts), dtype=dtype)
+    at = 0
+    while parts:
+        part = parts.pop(0)
+        out[at : at + len(part)] = part
+        at += len(part)
+    return out
 
 
 def tokenize_corpus(texts: Sequence[str] | pl.Series) -> Terms:
@@ -182,27 +197,74 @@ class TextIndex:
 
     @classmethod
     def build(cls, texts: Sequence[str] | pl.Series) -> TextIndex:
-        size = len(texts)
-        terms = tokenize_corpus(texts)
-        n_terms = len(terms.vocab)
-        # One entry per (term, document) with its frequency, sorted by term then document:
-        # building a CSR matrix sums the duplicates with a counting sort (no np.unique sort).
-        by_term = sp.csr_matrix(
-            (np.ones(len(terms.doc_ids), dtype=np.float32), (terms.term_ids, terms.doc_ids)),
-            shape=(n_terms, size),
+        series = (
+            texts if isinstance(texts, pl.Series) else pl.Series("text", list(texts), pl.String)
         )
-        by_term.sum_duplicates()
-        tf, doc_of = by_term.data, by_term.indices
-        term_of = np.repeat(np.arange(n_terms, dtype=np.int32), np.diff(by_term.indptr))
-        doc_length = np.bincount(terms.doc_ids, minlength=size).astype(np.float32)
-        avg_length = max(float(doc_length.mean()), 1e-9) if size else 1.0
-        doc_freq = np.bincount(term_of, minlength=n_terms)
-        idf = np.log1p((size - doc_freq + 0.5) / (doc_freq + 0.5)).astype(np.float32)
-        norm = np.float32(K1 * (1.0 - B)) + np.float32(K1 * B / avg_length) * doc_length[doc_of]
-        weights = idf[term_of] * tf / (tf + norm)
+        batches = (
+            series.slice(start, TOKENIZE_BATCH) for start in range(0, len(series), TOKENIZE_BATCH)
+        )
+        return cls.from_batches(batches, len(series))
+
+    @classmethod
+    def from_batches(cls, batches: Iterable[pl.Series], size: int) -> TextIndex:
+        """The index of `size` documents that come in batches (in row order), so that a large
+        corpus is never held whole, nor its tokens: each batch is reduced at once to its
+        distinct (document, term) pairs and their counts, ~8 bytes a pair, then the pairs of
+        every batch are turned term-major in one counting pass."""
+        vocab_index: dict[str, int] = {}
+        terms_of_piece: dict[str, list[int]] = {}
+        # Document-major: document d's terms are terms[indptr[d]:indptr[d + 1]].
+        indptr_parts = [np.zeros(1, dtype=np.int64)]
+        term_parts: list[np.ndarray] = []
+        tf_parts: list[np.ndarray] = []
+        length_parts: list[np.ndarray] = []
+        done = pairs = 0
+        for batch in batches:
+            docs, terms = _tokenize_batch(batch, vocab_index, terms_of_piece)
+            by_doc = sp.csr_matrix(
+                (np.ones(len(docs), dtype=np.float32), (docs, terms)),
+                shape=(len(batch), max(len(vocab_index), 1)),
+            )
+            by_doc.sum_duplicates()
+            indptr_parts.append(by_doc.indptr[1:].astype(np.int64) + pairs)
+            term_parts.append(by_doc.indices.astype(np.int32))
+            tf_parts.append(by_doc.data)
+            length_parts.append(np.bincount(docs, minlength=len(batch)).astype(np.float32))
+            done += len(batch)
+            pairs += by_doc.nnz
+            del docs, terms, by_doc
+        if done != size:
+            raise ValueError(f"{done} documents came in batches, not {size}")
+        n_terms = len(vocab_index)
+        by_doc = sp.csr_matrix(
+            (
+                _concatenated(tf_parts, np.float32),
+                _concatenated(term_parts, np.int32),
+                np.concatenate(indptr_parts),
+            ),
+            shape=(size, n_terms),
+        )
+        # Term-major, each term's documents in ascending order (a counting transpose).
+        by_term = by_doc.tocsc()
+        del by_doc
         indptr = by_term.indptr.astype(np.int64)
-        vocab = {term: i for i, term in enumerate(terms.vocab)}
-        return cls(vocab, indptr, doc_of.astype(np.int32), weights, size, avg_length)
+        doc_of = by_term.indices.astype(np.int32, copy=False)
+        weights = by_term.data
+        del by_term
+        doc_length = _concatenated(length_parts, np.float32)
+        avg_length = max(float(doc_length.mean()), 1e-9) if size else 1.0
+        doc_freq = np.diff(indptr)
+        idf = np.log1p((size - doc_freq + 0.5) / (doc_freq + 0.5)).astype(np.float32)
+        # tf → BM25 weight in place, a block of pairs at a time (the temporaries stay small).
+        k_fixed, k_length = np.float32(K1 * (1.0 - B)), np.float32(K1 * B / avg_length)
+        for start in range(0, len(weights), WEIGHT_BLOCK):
+            end = min(start + WEIGHT_BLOCK, len(weights))
+            term_of = np.searchsorted(indptr, np.arange(start, end), side="right") - 1
+            tf = weights[start:end]
+            norm = k_fixed + k_length * doc_length[doc_of[start:end]]
+            weights[start:end] = idf[term_of] * tf / (tf + norm)
+        vocab = {term: i for i, term in enumerate(vocab_index)}
+        return cls(vocab, indptr, doc_of, weights, size, avg_length)
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from memory_dag import progress
 from memory_dag.config import Settings
-from memory_dag.index.early_turns import lay_new_turns
+from memory_dag.index.early_turns import MAX_TURNS, lay_new_turns, new_turns
 from memory_dag.ingest.chunk_rows import (
     CHUNK_SCHEMA,
     TURN_COLUMNS,
@@ -25,6 +25,7 @@ from memory_dag.reports import PREVIEW_ROWS, StageReport, StageTimer
 from memory_dag.store.connection import (
     fetch_dicts,
     insert_arrow,
+    listed,
     open_store,
 )
 
@@ -43,32 +44,36 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             con,
             f"SELECT path, kind, source, hash, conversation_id, session_id FROM files {where}",
         )
-        notes = _rows_by_path(
-            con,
-            "SELECT path, body, body_start_line, created_at FROM notes "
-            "WHERE path IN (SELECT unnest(?::TEXT[]))",
-            [p["path"] for p in pending if p["kind"] != "transcript"],
-        )
-        episodes = con.execute(
-            f"SELECT path, {', '.join(TURN_COLUMNS)} FROM episodes "
-            "WHERE path IN (SELECT unnest(?::TEXT[])) ORDER BY path, line",
-            [[p["path"] for p in pending if p["kind"] == "transcript"]],
-        ).pl()
         now = _now()
-        rows, failed = _chunk_rows(pending, notes, episodes, settings, now)
+        transcripts = {p["path"] for p in pending if p["kind"] == "transcript"}
+        written = 0
+        failed: list[tuple[dict[str, Any], str]] = []
+        # The turns to lay early, kept only up to the most that `lay_new_turns` lays.
+        early: list[pa.Table] = []
+        early_rows = 0
         con.execute("BEGIN TRANSACTION")
         try:
-            if pending:
-                con.execute(
-                    "DELETE FROM chunks WHERE path IN (SELECT unnest(?::TEXT[]))",
-                    [[p["path"] for p in pending]],
-                )
-            insert_arrow(con, "chunks", rows)
+            # Files go through in groups: every file's turns, their rendered, stripped and
+            # search texts and their chunk rows held at once took ~6 KB a turn (2 GB at 300k).
+            for start in range(0, len(pending), CHUNK_FILES_BATCH):
+                group = pending[start : start + CHUNK_FILES_BATCH]
+                rows, group_failed = _chunk_group(con, group, settings, now)
+                insert_arrow(con, "chunks", rows)
+                written += rows.num_rows
+                failed += group_failed
+                if early_rows <= MAX_TURNS:
+                    turns = new_turns(rows, transcripts)
+                    early.append(turns)
+                    early_rows += turns.num_rows
+                del rows
             insert_arrow(con, "ingest_errors", _error_rows(failed, now))
-            con.execute(
-                "UPDATE files SET chunked_hash = hash WHERE path IN (SELECT unnest(?::TEXT[]))",
-                [[p["path"] for p in pending]],
-            )
+            # Paths as an Arrow view, not a bound list (`store.connection.listed`: ~0.1 ms a
+            # value; the bound lists of every pending file took ~2 s at 5k files).
+            with listed(con, "chunk_paths", [p["path"] for p in pending]):
+                con.execute(
+                    "UPDATE files SET chunked_hash = hash "
+                    "WHERE path IN (SELECT value FROM chunk_paths)"
+                )
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -83,15 +88,41 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
         report.counts = {
             "chunks": int(total),
             "files_chunked": len(pending),
-            "written": rows.num_rows,
+            "written": written,
             "files_failed": len(failed),
         }
         report.errors = [{"path": f["path"], "line": None, "reason": r} for f, r in failed]
         # New turns are searchable now, not after the index step; and before the store is
         # closed, since closing checkpoints the write-ahead log (a second or more at 100k).
-        transcripts = {p["path"] for p in pending if p["kind"] == "transcript"}
-        report.counts["turns_searchable_early"] = lay_new_turns(settings, rows, transcripts)
+        laid = pa.concat_tables(early) if early else CHUNK_SCHEMA.empty_table()
+        report.counts["turns_searchable_early"] = lay_new_turns(settings, laid, transcripts)
     return report
+
+
+#: Files chunked (and their rows written) at a time: 2,000 session files of 20 turns each.
+CHUNK_FILES_BATCH = 2_000
+
+
+def _chunk_group(
+    con: Any, group: list[dict[str, Any]], settings: Settings, now: datetime
+) -> tuple[pa.Table, list[tuple[dict[str, Any], str]]]:
+    """Chunk rows of a group of pending files, their old chunks deleted (in the caller's
+    transaction), and the files that could not be chunked."""
+    with listed(con, "chunk_paths", [p["path"] for p in group]):
+        notes = {
+            row["path"]: row
+            for row in fetch_dicts(
+                con,
+                "SELECT path, body, body_start_line, created_at FROM notes "
+                "WHERE path IN (SELECT value FROM chunk_paths)",
+            )
+        }
+        episodes = con.execute(
+            f"SELECT path, {', '.join(TURN_COLUMNS)} FROM episodes "
+            "WHERE path IN (SELECT value FROM chunk_paths) ORDER BY path, line"
+        ).pl()
+        con.execute("DELETE FROM chunks WHERE path IN (SELECT value FROM chunk_paths)")
+    return _chunk_rows(group, notes, episodes, settings, now)
 
 
 def _chunk_rows(
@@ -146,9 +177,3 @@ def _error_rows(failed: list[tuple[dict[str, Any], str]], now: datetime) -> pa.T
         ],
         schema=ERROR_SCHEMA,
     )
-
-
-def _rows_by_path(con: Any, sql: str, paths: list[str]) -> dict[str, dict[str, Any]]:
-    if not paths:
-        return {}
-    return {row["path"]: row for row in fetch_dicts(con, sql, [paths])}

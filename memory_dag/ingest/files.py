@@ -29,6 +29,7 @@ from memory_dag.store.connection import (
     fetch_dicts,
     insert_arrow,
     is_lock_error,
+    listed,
     open_store,
 )
 
@@ -170,11 +171,13 @@ def _write_file_by_file(con: Any, parsed: list[ParsedFile], deleted: list[str]) 
 def _delete_file_rows(con: Any, paths: list[str]) -> None:
     if not paths:
         return
-    con.execute("CREATE OR REPLACE TEMP TABLE _gone AS SELECT unnest(?::TEXT[]) AS path", [paths])
-    for table in ("notes", "chunks", "ingest_errors", "files"):
-        con.execute(f"DELETE FROM {table} WHERE path IN (SELECT path FROM _gone)")
-    con.execute("DELETE FROM memories WHERE kind = 'episode' AND path IN (SELECT path FROM _gone)")
-    con.execute("DROP TABLE _gone")
+    # An Arrow view, not a bound list (`store.connection.listed`: ~0.1 ms a value).
+    with listed(con, "_gone", paths):
+        for table in ("notes", "chunks", "ingest_errors", "files"):
+            con.execute(f"DELETE FROM {table} WHERE path IN (SELECT value FROM _gone)")
+        con.execute(
+            "DELETE FROM memories WHERE kind = 'episode' AND path IN (SELECT value FROM _gone)"
+        )
 
 
 def _write_parsed(con: Any, parsed: list[ParsedFile]) -> int:
