@@ -698,9 +698,12 @@ def sentence_tokens(sentences: Sequence[str]) -> list[int]:
     """
     known = _SENTENCE_TOKENS
     missing = [sentence for sentence in dict.fromkeys(sentences) if sentence not in known]
+    if missing and len(known) + len(missing) > _SENTENCE_TOKENS_MAX:
+        # Bounded: a worker process lives on for the next stages. Emptied, the cache no longer
+        # holds the sentences that were known a moment ago: every one is counted now.
+        known.clear()
+        missing = list(dict.fromkeys(sentences))
     if missing:
-        if len(known) + len(missing) > _SENTENCE_TOKENS_MAX:
-            known.clear()  # bounded: a worker process lives on for the next stages
         known.update(zip(missing, count_tokens_batch(missing), strict=True))
     return [known[sentence] for sentence in sentences]
 

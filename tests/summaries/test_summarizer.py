@@ -576,3 +576,19 @@ def test_unit_costs_equal_counting_each_unit_whole() -> None:
             assert "".join(sep + piece for sep, piece in units) == text
             whole = count_tokens_batch([sep + piece for sep, piece in units])
             assert _unit_costs(units, piece_tokens) == whole, (text, limit)
+
+
+def test_sentence_token_cache_counts_right_when_it_is_emptied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cache is bounded; emptied in the middle of a call it must not lose the sentences
+    it knew a moment before (a 600-conversation run failed with a KeyError there)."""
+    from memory_dag.summaries import summarizer
+
+    monkeypatch.setattr(summarizer, "_SENTENCE_TOKENS", {})
+    monkeypatch.setattr(summarizer, "_SENTENCE_TOKENS_MAX", 3)
+    known = ["Tim: Congrats!", "It is all about trust."]
+    assert summarizer.sentence_tokens(known) == [count_tokens(s) for s in known]
+    again = [*known, "A new one.", "And another one."]  # 2 known + 2 new > 3: emptied
+    assert summarizer.sentence_tokens(again) == [count_tokens(s) for s in again]
+    assert len(summarizer._SENTENCE_TOKENS) <= len(again)
