@@ -138,9 +138,10 @@ def _ingest_with_dagster(
     from memory_dag.graph_state import work_due
     from memory_dag.summaries.due import workspace_due
 
+    started = time.perf_counter()
     conversations, changes = workspace_due(settings)
     if not (force or conversations or changes.any or changes.touched or work_due(settings)):
-        return _record_nothing_due(instance, changes)
+        return _record_nothing_due(instance, changes, time.perf_counter() - started)
 
     import dagster as dg
 
@@ -195,7 +196,7 @@ def _ingest_with_dagster(
     return stages
 
 
-def _record_nothing_due(instance: Any, changes: WorkspaceChanges) -> dict[str, Any]:
+def _record_nothing_due(instance: Any, changes: WorkspaceChanges, seconds: float) -> dict[str, Any]:
     """Nothing changed since the graph settled: no run is launched, as a sensor that finds
     nothing skips its tick. The finding goes to the instance as a runless observation of
     `workspace_files` (shown on the asset's page in the UI); a run costs a second or more of
@@ -204,7 +205,12 @@ def _record_nothing_due(instance: Any, changes: WorkspaceChanges) -> dict[str, A
 
     from memory_dag.graph_state import NOTHING_DUE
 
-    metadata = {"files": changes.listed, "unchanged": changes.listed, "notes": NOTHING_DUE}
+    metadata = {
+        "files": changes.listed,
+        "unchanged": changes.listed,
+        "notes": NOTHING_DUE,
+        "seconds": round(seconds, 3),  # the scan and the store's version that decided it
+    }
     observation = dg.AssetObservation(asset_key=dg.AssetKey("workspace_files"), metadata=metadata)
     instance.report_runless_asset_event(observation)
     return {"workspace_files": {**metadata, "skipped": True}}

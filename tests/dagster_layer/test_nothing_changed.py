@@ -230,6 +230,7 @@ def test_memory_dag_ingest_launches_no_run_when_nothing_is_due(
     assert set(again["stages"]) == {"workspace_files"}
     assert NOTHING_DUE in again["stages"]["workspace_files"]["notes"]
     assert again["stages"]["workspace_files"]["files"] > 0
+    assert again["stages"]["workspace_files"]["seconds"] >= 0
     assert store_tables(settings.db_path) == tables
     with dg.DagsterInstance.get() as instance:
         assert len(instance.get_runs()) == runs_before
