@@ -133,6 +133,19 @@ def worker_cores(number: int, args: argparse.Namespace) -> set[int] | None:
     return {cores[(number * per + k) % len(cores)] for k in range(per)}
 
 
+def timeline(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], since: float) -> str:
+    """Each run's shard, asked for / started / ended in seconds after `since` (the corpus's
+    arrival), in start order: where a setting's time went between and before runs."""
+    records = [instance.get_run_record_by_id(run.run_id) for run in runs]
+    rows = sorted((record.start_time or 0, record) for record in records if record is not None)
+    return "; ".join(
+        f"{record.dagster_run.tags.get(SHARD_TAG)} "
+        f"{record.create_timestamp.timestamp() - since:.1f}/{start - since:.1f}/"
+        f"{(record.end_time or start) - since:.1f}"
+        for start, record in rows
+    )
+
+
 def wait_for_first_sensor_tick(instance: dg.DagsterInstance, timeout: float = 180) -> None:
     """Until the shard sensor has been evaluated once (on the empty workspace)."""
     deadline = time.monotonic() + timeout
@@ -175,7 +188,7 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
             wait_for_first_sensor_tick(instance)
             for child in sorted(incoming.iterdir()):
                 os.rename(child, data / "workspace" / child.name)
-            started = time.monotonic()
+            started, started_at = time.monotonic(), time.time()
             while True:
                 done = instance.get_runs(
                     dg.RunsFilter(job_name="ingest_job", statuses=[dg.DagsterRunStatus.SUCCESS])
@@ -190,6 +203,7 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
             result["ingest_run_seconds"] = sorted(
                 round(run_seconds(instance, r.run_id), 1) for r in done
             )
+            result["ingest_timeline"] = timeline(instance, done, started_at)
             settings = Settings.load()
             result["turns"] = episodes(settings)
             result["turns_per_second"] = round(result["turns"] / result["ingest_seconds"], 1)
@@ -358,6 +372,11 @@ def main() -> int:
             f"| {nights[0]} / {statistics.median(nights):.1f} / {nights[-1]} |"
         )
     lines.append("")
+    for result in results:
+        lines.append(
+            f"ingest runs with {result['workers']} worker(s), shard asked/started/ended (s after "
+            f"the corpus arrived): {result['ingest_timeline']}"
+        )
     if 1 in by_workers and 2 in by_workers:
         one, two = by_workers[1], by_workers[2]
         lines.append(

@@ -133,8 +133,8 @@ def _ingest_with_dagster(
     settings: Settings, instance: Any, *, force: bool, progress: bool
 ) -> dict[str, Any]:
     """One run of the whole asset graph (and every check) in this process, like a UI click:
-    the summaries of the conversations that changed, in one step. Decided before the Dagster
-    layer is imported: a store with nothing due launches no run (`_record_nothing_due`)."""
+    the summaries of the conversations that changed, in one step. Decided before the asset
+    modules are imported: a store with nothing due launches no run (`_record_nothing_due`)."""
     from memory_dag.graph_state import work_due
     from memory_dag.summaries.due import workspace_due
 
@@ -243,6 +243,9 @@ def _print_ingest_summary(summary: dict[str, Any]) -> None:
     print(f"\nmemory store  {summary['db']}")
     print(f"search index  {summary['index']}")
     print("tables        " + ", ".join(f"{t} {n}" for t, n in summary["tables"].items()))
+    files = summary["stages"].get("workspace_files", {})
+    if files.get("skipped"):
+        print(f"nothing to do  {files.get('notes', '')}")
     checks = summary["stages"].get("checks")
     if checks:
         print("checks        " + ", ".join(f"{name} {state}" for name, state in checks.items()))
