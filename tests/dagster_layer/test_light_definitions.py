@@ -15,28 +15,22 @@ REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("polars", "pyarrow", "numpy", "faiss", "wordllama", "tiktoken", "great_expectations")
 
 
-def test_definitions_import_no_data_library() -> None:
-    code = (
-        "import json, sys\n"
-        "import memory_dag.definitions as d\n"
-        "assert d.defs is not None\n"
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
-    )
+def heavy_modules_after(code: str) -> list[str]:
+    """The HEAVY modules a fresh interpreter holds after running `code`."""
+    report = f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    probe = f"{code}\nimport json, sys\n{report}\n"
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
     )
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_definitions_import_no_data_library() -> None:
+    code = "import memory_dag.definitions as d\nassert d.defs is not None"
+    assert heavy_modules_after(code) == []
 
 
 def test_cli_start_imports_no_data_library() -> None:
     """`memory-dag --help` (and the parse every command makes) stays light too."""
-    code = (
-        "import json, sys\n"
-        "from memory_dag.cli.main import build_parser\n"
-        "build_parser()\n"
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    code = "from memory_dag.cli.main import build_parser\nbuild_parser()"
+    assert heavy_modules_after(code) == []
