@@ -64,6 +64,17 @@ def _executor(workers: int) -> ProcessPoolExecutor:
     return _pool
 
 
+def release_workers() -> None:
+    """Stop the worker processes (the next `process_map` starts them again, ~1 s). A stage
+    that needs no workers and much memory calls it first: idle workers still hold what their
+    last stage left them (a 1M-turn run's summaries: part of its peak during the index step)."""
+    global _pool
+    if _pool is not None:
+        pool, _pool = _pool, None
+        atexit.unregister(pool.shutdown)
+        pool.shutdown(cancel_futures=True)
+
+
 @contextmanager
 def _caller_script_hidden() -> Iterator[None]:
     """While workers start, `__main__` is a blank module: multiprocessing would otherwise

@@ -86,3 +86,18 @@ def test_a_daemonic_process_works_in_process() -> None:
     assert queue.get(timeout=120) is True
     child.join(timeout=60)
     assert child.exitcode == 0
+
+
+def test_released_workers_exit_and_the_next_map_starts_new_ones() -> None:
+    """The index rebuild lets the idle workers go; a later stage still gets its results."""
+    from memory_dag import parallel
+
+    items = [f"text {n}" for n in range(parallel.MIN_ITEMS)]
+    first = parallel.process_map(lengths, items)
+    pool = parallel._pool
+    workers = list((pool._processes or {}).values()) if pool is not None else []
+    parallel.release_workers()
+    assert parallel._pool is None
+    assert all(not process.is_alive() for process in workers)
+    assert parallel.process_map(lengths, items) == first == [len(item) for item in items]
+    parallel.release_workers()

@@ -36,6 +36,7 @@ from memory_dag.index.published import (
     stage_vectors,
 )
 from memory_dag.memories.journal import JOURNAL_SEQ_KEY
+from memory_dag.parallel import release_workers
 from memory_dag.reports import StageReport, StageTimer
 from memory_dag.scope import store_users
 from memory_dag.store.connection import (
@@ -116,6 +117,9 @@ def build_search_index(
             table: pa.Table | None = None
             with listed(con, "index_added", change.added if change is not None else []):
                 if change is None:
+                    # A rebuild needs all the memory it can get: the idle workers of the
+                    # earlier stages go (`parallel.release_workers`).
+                    release_workers()
                     # A rebuild streams its rows into the next version's folder as they come:
                     # every row's text held at once was ~1.5 GB at 1M rows.
                     batches = con.execute(rows_query, model).fetch_record_batch(ROW_BATCH)
