@@ -19,7 +19,6 @@ sensors, routes the workspace and asks for a run of each shard whose files chang
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +30,12 @@ from pydantic import PrivateAttr
 from assets.jobs import ingest_job
 from assets.resources import MemoryStoreResource
 from memory_dag.config import Settings
-from memory_dag.ingest.watch import WorkspaceChanges, scan_workspace, state_fingerprint
+from memory_dag.ingest.watch import (
+    WorkspaceChanges,
+    rescan_once_settled,
+    scan_workspace,
+    state_fingerprint,
+)
 from memory_dag.store.shards import (
     SHARD_TAG,
     shard_count,
@@ -170,10 +174,11 @@ def shard_workspace_sensor(
             for number, shard in enumerate(all_shard_settings(settings))
         }
 
-    scans = scan_shards()
-    if any(changes.settling for changes, _ in scans.values()):
-        time.sleep(DEBOUNCE_SECONDS)  # once for every shard (see `watch.scan_settled`)
-        scans = scan_shards()
+    scans = rescan_once_settled(
+        scan_shards,
+        settling=lambda scanned: any(changes.settling for changes, _ in scanned.values()),
+        debounce_seconds=DEBOUNCE_SECONDS,
+    )
     cursor: dict[str, Any] = {key: state for key, (_, state) in scans.items()}
     requests = [
         dg.RunRequest(

@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
+import psutil  # noqa: E402
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus  # noqa: E402
 from serving import memory_dag_serve  # noqa: E402
 
@@ -146,6 +147,36 @@ def timeline(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], since: flo
     )
 
 
+def tree_cpu_seconds(root: psutil.Process) -> float:
+    """User + system CPU seconds of `root` and its descendants, ended children included."""
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def service_roots(servers_dir: Path, redis_url: str) -> dict[str, list[psutil.Process]]:
+    """The PostgreSQL postmaster (its backends are its children) and redis-server of this
+    setting, found by their data folder and port."""
+    port = redis_url.rsplit(":", 1)[1].split("/")[0]
+    roots: dict[str, list[psutil.Process]] = {"PostgreSQL": [], "Redis": []}
+    for process in psutil.process_iter(["name", "cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if process.info["name"] == "postgres" and str(servers_dir) in command:
+            roots["PostgreSQL"].append(process)
+        elif (process.info["name"] or "").startswith("redis-server") and f":{port}" in command:
+            roots["Redis"].append(process)
+    return roots
+
+
+def cpu_by_role(roles: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    return {role: sum(tree_cpu_seconds(root) for root in roots) for role, roots in roles.items()}
+
+
 def wait_for_first_sensor_tick(instance: dg.DagsterInstance, timeout: float = 180) -> None:
     """Until the shard sensor has been evaluated once (on the empty workspace)."""
     deadline = time.monotonic() + timeout
@@ -179,9 +210,13 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
     processes = Processes(env, folder)
     result: dict = {"workers": workers}
     try:
+        roles: dict[str, list[psutil.Process]] = {"Celery workers (the runs)": []}
         for number in range(workers):
-            processes.celery_worker(f"worker{number + 1}", worker_cores(number, args))
-        processes.daemon()
+            worker = processes.celery_worker(f"worker{number + 1}", worker_cores(number, args))
+            roles["Celery workers (the runs)"].append(psutil.Process(worker.pid))
+        roles["daemon + code server (sensors, queue)"] = [psutil.Process(processes.daemon().pid)]
+        roles.update(service_roots(servers_dir, env["MEMORY_DAG_REDIS_URL"]))
+        roles["this benchmark (polling)"] = [psutil.Process()]
         with dg.DagsterInstance.get() as instance:
             # The deployment is up (daemon, code server, workers) before the files arrive, as
             # in production: its start-up is not part of an ingest.
@@ -189,6 +224,7 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
             for child in sorted(incoming.iterdir()):
                 os.rename(child, data / "workspace" / child.name)
             started, started_at = time.monotonic(), time.time()
+            cpu_before = cpu_by_role(roles)
             while True:
                 done = instance.get_runs(
                     dg.RunsFilter(job_name="ingest_job", statuses=[dg.DagsterRunStatus.SUCCESS])
@@ -200,6 +236,10 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
                     break
                 time.sleep(1)
             result["ingest_seconds"] = round(time.monotonic() - started, 1)
+            cpu_after = cpu_by_role(roles)
+            result["ingest_cpu_seconds"] = {
+                role: round(cpu_after[role] - cpu_before[role], 1) for role in roles
+            }
             result["ingest_run_seconds"] = sorted(
                 round(run_seconds(instance, r.run_id), 1) for r in done
             )
@@ -376,6 +416,13 @@ def main() -> int:
         lines.append(
             f"ingest runs with {result['workers']} worker(s), shard asked/started/ended (s after "
             f"the corpus arrived): {result['ingest_timeline']}"
+        )
+    for result in results:
+        spent = result["ingest_cpu_seconds"]
+        lines.append(
+            f"CPU seconds during the ingest with {result['workers']} worker(s) (of "
+            f"{2 * result['ingest_seconds']:.0f} the 2 cores offer in {result['ingest_seconds']}"
+            f" s): " + ", ".join(f"{role} {seconds}" for role, seconds in spent.items())
         )
     if 1 in by_workers and 2 in by_workers:
         one, two = by_workers[1], by_workers[2]

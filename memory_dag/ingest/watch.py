@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from memory_dag.ingest.sources import discover_files, file_stat, hash_bytes
+
+S = TypeVar("S")
 
 FileState = dict[str, list]  # rel_path -> [size, mtime, hash]
 
@@ -94,6 +97,21 @@ def scan_workspace(
     return changes, state
 
 
+def rescan_once_settled(
+    scan: Callable[[], S], *, settling: Callable[[S], bool], debounce_seconds: float
+) -> S:
+    """`scan()` for a sensor: when a file is still being written, wait out the debounce once
+    and look again. Dagster's daemon evaluates a sensor every 5 s at best, so a file seen
+    half-written would otherwise wait a whole interval; one still being written after the
+    wait is left for the next tick. `scan` may cover many workspaces (the shard sensor's):
+    one wait serves them all."""
+    result = scan()
+    if settling(result):
+        time.sleep(debounce_seconds)
+        result = scan()
+    return result
+
+
 def scan_settled(
     workspace: Path,
     previous: FileState,
@@ -101,21 +119,14 @@ def scan_settled(
     debounce_seconds: float,
     extra_roots: Iterable[Path] = (),
 ) -> tuple[WorkspaceChanges, FileState]:
-    """`scan_workspace` for a sensor: when a file is still being written, wait out the
-    debounce once and look again. Dagster's daemon evaluates a sensor every 5 s at best, so a
-    file seen half-written would otherwise wait a whole interval; one still being written
-    after the wait is left for the next tick."""
-
-    def scan() -> tuple[WorkspaceChanges, FileState]:
-        return scan_workspace(
+    """`scan_workspace` of one workspace through `rescan_once_settled`."""
+    return rescan_once_settled(
+        lambda: scan_workspace(
             workspace, previous, debounce_seconds=debounce_seconds, extra_roots=extra_roots
-        )
-
-    changes, state = scan()
-    if changes.settling:
-        time.sleep(debounce_seconds)
-        changes, state = scan()
-    return changes, state
+        ),
+        settling=lambda scanned: scanned[0].settling,
+        debounce_seconds=debounce_seconds,
+    )
 
 
 def conversation_of(rel_path: str) -> str | None:
