@@ -151,24 +151,34 @@ def _boot_time() -> float:
     return 0.0
 
 
+def start_in_background(work: Callable[[], T]) -> Callable[[], T]:
+    """Start `work` in a daemon thread now; the returned function waits for its result (or
+    raises its error). For slow start-up work (Dagster's imports) that overlaps other work."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # handed to the caller of `result`
+            outcome["error"] = error
+
+    worker = threading.Thread(target=target, name="memory-dag-background", daemon=True)
+    worker.start()
+
+    def result() -> T:
+        while worker.is_alive():
+            worker.join(0.2)  # signals keep reaching the main thread
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+
+    return result
+
+
 def run_in_worker(work: Callable[[], T]) -> T:
     """Run `work` in a worker thread and wait; signals keep reaching this (main) thread.
 
     Raises whatever `work` raised, or the KeyboardInterrupt (`common.Interrupted`) the main thread
     received while waiting (the worker is then left to die with the process: `exit_now`).
     """
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = work()
-        except BaseException as error:  # handed to the main thread
-            outcome["error"] = error
-
-    worker = threading.Thread(target=target, name="memory-dag-dagster", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.2)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    return start_in_background(work)()

@@ -104,13 +104,29 @@ def _dagster_instance():  # -> dagster.DagsterInstance
 
 
 def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
-    """`_ingest_with_dagster` after freeing what dead CLI runs held, stoppable by a signal."""
-    from memory_dag.cli.dagster_runs import fail_own_runs, free_dead_runs, run_in_worker
+    """`_ingest_with_dagster` after freeing what dead CLI runs held, stoppable by a signal.
+
+    What is due is decided before the asset modules are imported, while Dagster itself (~2 s
+    of imports and the instance) loads in a thread: a store with nothing due launches no run
+    (`_record_nothing_due`), and the answer costs little more than Dagster's start-up."""
+    from memory_dag.cli.dagster_runs import (
+        fail_own_runs,
+        free_dead_runs,
+        run_in_worker,
+        start_in_background,
+    )
+    from memory_dag.graph_state import work_due
     from memory_dag.store.connection import open_store
+    from memory_dag.summaries.due import workspace_due
 
     with open_store(settings.db_path):  # a held lock is one clear error, before any run starts
         pass
-    instance = _dagster_instance()
+    loaded_instance = start_in_background(_dagster_instance)
+    started = time.perf_counter()
+    conversations, changes = workspace_due(settings)
+    due = force or conversations or changes.any or changes.touched or work_due(settings)
+    decided = time.perf_counter() - started
+    instance = loaded_instance()
     freed = free_dead_runs(instance)
     if freed and progress:
         print(
@@ -118,9 +134,13 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
             "and freed their slots",
             file=sys.stderr,
         )
+    if not due:
+        return _record_nothing_due(instance, changes, decided)
     try:
         return run_in_worker(
-            lambda: _ingest_with_dagster(settings, instance, force=force, progress=progress)
+            lambda: _ingest_with_dagster(
+                settings, instance, conversations, force=force, progress=progress
+            )
         )
     except KeyboardInterrupt as stop:
         # The worker may be inside a step: record the stop, then leave without waiting for it.
@@ -130,19 +150,15 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
 
 
 def _ingest_with_dagster(
-    settings: Settings, instance: Any, *, force: bool, progress: bool
+    settings: Settings,
+    instance: Any,
+    conversations: list[str],
+    *,
+    force: bool,
+    progress: bool,
 ) -> dict[str, Any]:
     """One run of the whole asset graph (and every check) in this process, like a UI click:
-    the summaries of the conversations that changed, in one step. Decided before the asset
-    modules are imported: a store with nothing due launches no run (`_record_nothing_due`)."""
-    from memory_dag.graph_state import work_due
-    from memory_dag.summaries.due import workspace_due
-
-    started = time.perf_counter()
-    conversations, changes = workspace_due(settings)
-    if not (force or conversations or changes.any or changes.touched or work_due(settings)):
-        return _record_nothing_due(instance, changes, time.perf_counter() - started)
-
+    the summaries of `conversations` (those that changed), in one step."""
     import dagster as dg
 
     from assets.checks import INGEST_CHECKS
