@@ -1,5 +1,5 @@
 """`python -m memory_dag.cli`: the same as the `memory-dag` command."""
 
-from memory_dag.cli.main import main
+from memory_dag.cli.main import run
 
-raise SystemExit(main())
+run()

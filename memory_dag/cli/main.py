@@ -7,13 +7,15 @@ library functions the Dagster assets call.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from memory_dag.cli.common import (
     Interrupted,
@@ -459,5 +461,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         restore_signals(previous)
 
 
+def run() -> NoReturn:
+    """The `memory-dag` command: `main`, then leave without tearing the interpreter down.
+
+    Every store and instance a command opens is closed before `main` returns; what would be
+    left is freeing the objects of ~1,500 modules one by one: ~0.5 s once Dagster is loaded,
+    a quarter of a `memory-dag ingest` that finds nothing to do. Exit handlers still run; with
+    a thread still working, or when `main` raises, the process leaves the usual way."""
+    code = main()
+    others = [thread for thread in threading.enumerate() if thread is not threading.main_thread()]
+    if any(not thread.daemon for thread in others):
+        sys.exit(code)
+    atexit._run_exitfuncs()  # logging's flush, worker pools' shutdown
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):  # a reader that went away, a stream closed
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

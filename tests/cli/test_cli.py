@@ -279,3 +279,25 @@ def test_real_process(
     assert done.stdout == ""
     assert "Traceback" not in done.stderr
     assert "run `memory-dag ingest` first" in done.stderr
+
+
+def test_the_command_leaves_fast_but_flushes_and_runs_exit_handlers(tmp_path: Path) -> None:
+    """`run` skips the interpreter's teardown (`os._exit`): the output must still arrive
+    whole, the exit handlers must still run and the code must be `main`'s."""
+    marker = tmp_path / "handler-ran"
+    program = f"""
+import atexit, pathlib
+from memory_dag.cli import main as cli
+atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text("ran"))
+def main():
+    print("x" * 1_000_000)
+    return 3
+cli.main = main
+cli.run()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3, done.stderr
+    assert len(done.stdout) == 1_000_001
+    assert marker.read_text() == "ran"
