@@ -43,7 +43,7 @@ from memory_dag.store.shards import (
     shard_number,
     shard_settings,
 )
-from sensors.workspace import DEBOUNCE_SECONDS
+from sensors.workspace import DEBOUNCE_SECONDS, INTERVAL_SECONDS
 
 PARTITION_TAG = "dagster/partition"
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -146,7 +146,7 @@ def fan_out_schedule(schedule: dg.ScheduleDefinition, shards: int) -> dg.Schedul
 
 @dg.sensor(
     job_name=ingest_job.name,
-    minimum_interval_seconds=5,  # as often as the daemon evaluates sensors
+    minimum_interval_seconds=INTERVAL_SECONDS,  # every pass of the daemon (5 s), not every other
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Routes workspace files to their shards; one ingest run per shard that changed.",
 )

@@ -147,34 +147,59 @@ def timeline(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], since: flo
     )
 
 
-def tree_cpu_seconds(root: psutil.Process) -> float:
+def tree_cpu_seconds(root: psutil.Process, *, descendants: bool = True) -> float:
     """User + system CPU seconds of `root` and its descendants, ended children included."""
     total = 0.0
-    for process in [root, *root.children(recursive=True)]:
+    for process in [root, *(root.children(recursive=True) if descendants else [])]:
         try:
             times = process.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system + times.children_user + times.children_system
+        total += times.user + times.system
+        if descendants:
+            total += times.children_user + times.children_system
     return total
 
 
 def service_roots(servers_dir: Path, redis_url: str) -> dict[str, list[psutil.Process]]:
-    """The PostgreSQL postmaster (its backends are its children) and redis-server of this
-    setting, found by their data folder and port."""
+    """The PostgreSQL postmaster (its backends are its children), PgBouncer and redis-server
+    of this setting, found by their folder and port."""
     port = redis_url.rsplit(":", 1)[1].split("/")[0]
-    roots: dict[str, list[psutil.Process]] = {"PostgreSQL": [], "Redis": []}
+    roots: dict[str, list[psutil.Process]] = {"PostgreSQL": [], "PgBouncer": [], "Redis": []}
     for process in psutil.process_iter(["name", "cmdline"]):
         command = " ".join(process.info["cmdline"] or [])
         if process.info["name"] == "postgres" and str(servers_dir) in command:
             roots["PostgreSQL"].append(process)
+        elif process.info["name"] == "pgbouncer" and str(servers_dir) in command:
+            roots["PgBouncer"].append(process)
         elif (process.info["name"] or "").startswith("redis-server") and f":{port}" in command:
             roots["Redis"].append(process)
     return roots
 
 
 def cpu_by_role(roles: dict[str, list[psutil.Process]]) -> dict[str, float]:
-    return {role: sum(tree_cpu_seconds(root) for root in roots) for role, roots in roles.items()}
+    """CPU seconds of each role's process trees; this process's own only (the workers and the
+    daemon are its children)."""
+    return {
+        role: sum(tree_cpu_seconds(root, descendants=root.pid != os.getpid()) for root in roots)
+        for role, roots in roles.items()
+    }
+
+
+def sensor_ticks(instance: dg.DagsterInstance, since: float) -> str:
+    """The shard sensor's ticks after `since`: started/ended (s after `since`) and runs asked."""
+    parts = []
+    for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+        if state.name != "shard_workspace_sensor":
+            continue
+        for tick in reversed(instance.get_ticks(state.instigator_origin_id, state.selector_id)):
+            if tick.timestamp < since:
+                continue
+            ended = tick.end_timestamp or tick.timestamp
+            parts.append(
+                f"{tick.timestamp - since:.1f}-{ended - since:.1f} ({len(tick.run_ids)} runs)"
+            )
+    return "; ".join(parts)
 
 
 def wait_for_first_sensor_tick(instance: dg.DagsterInstance, timeout: float = 180) -> None:
@@ -244,6 +269,7 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: 
                 round(run_seconds(instance, r.run_id), 1) for r in done
             )
             result["ingest_timeline"] = timeline(instance, done, started_at)
+            result["sensor_ticks"] = sensor_ticks(instance, started_at)
             settings = Settings.load()
             result["turns"] = episodes(settings)
             result["turns_per_second"] = round(result["turns"] / result["ingest_seconds"], 1)
@@ -416,6 +442,10 @@ def main() -> int:
         lines.append(
             f"ingest runs with {result['workers']} worker(s), shard asked/started/ended (s after "
             f"the corpus arrived): {result['ingest_timeline']}"
+        )
+        lines.append(
+            f"shard sensor ticks with {result['workers']} worker(s), started-ended (s after the "
+            f"corpus arrived): {result['sensor_ticks']}"
         )
     for result in results:
         spent = result["ingest_cpu_seconds"]

@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# Start PostgreSQL 15 and Redis on loopback, in a folder of their own, from Debian's packages
-# (apt-get install postgresql redis-server). Nothing is installed or configured system-wide.
+# Start PostgreSQL 15 (behind PgBouncer) and Redis on loopback, in a folder of their own, from
+# Debian's packages (apt-get install postgresql pgbouncer redis-server). Nothing is installed or
+# configured system-wide.
 #
 #   deploy/local/start.sh [DIR]     # default DIR: data/local-servers
 #   . DIR/env                       # MEMORY_DAG_POSTGRES_URL, MEMORY_DAG_REDIS_URL, PG*, ...
 #   deploy/local/stop.sh [DIR]
 #
-# Ports: PGPORT (default 54329) and REDIS_PORT (default 63799). PostgreSQL refuses to run as
-# root, so as root the cluster is owned by the `postgres` user (runuser).
+# Ports: PGPORT (default 54329), BOUNCER_PORT (default PGPORT + 1) and REDIS_PORT (default
+# 63799). PostgreSQL and PgBouncer refuse to run as root, so as root they run as the `postgres`
+# user (runuser).
+#
+# Why PgBouncer: dagster-postgres opens a new connection for every statement (SQLAlchemy's
+# NullPool, so an instance never holds connections), and each new PostgreSQL connection forks
+# a backend: ~5 ms of server CPU. A deployment's daemon, workers and runs make dozens a second,
+# and on a 2-core machine PostgreSQL used as much CPU as the runs themselves (docs/scale.md).
+# PgBouncer (session pooling) keeps the server connections and hands them out; Dagster's URL
+# (MEMORY_DAG_POSTGRES_URL) names PgBouncer, PG* name PostgreSQL itself (psql, maintenance).
+# Without pgbouncer installed, the URL names PostgreSQL directly (and says so).
 set -euo pipefail
 
 DIR="$(realpath -m "${1:-data/local-servers}")"
 PGPORT="${PGPORT:-54329}"
 REDIS_PORT="${REDIS_PORT:-63799}"
+BOUNCER_PORT="${BOUNCER_PORT:-$((PGPORT + 1))}"
 PGBIN="${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}"
 
 if [[ -z "$PGBIN" || ! -x "$PGBIN/initdb" ]]; then
@@ -44,6 +55,43 @@ fi
   "SELECT 1 FROM pg_database WHERE datname = 'dagster'" | grep -q 1 ||
   "$PGBIN/createdb" -h 127.0.0.1 -p "$PGPORT" -U dagster dagster
 
+DAGSTER_PORT=$PGPORT
+if command -v pgbouncer >/dev/null; then
+  mkdir -p "$DIR/bouncer"
+  echo '"dagster" ""' >"$DIR/bouncer/users.txt"
+  cat >"$DIR/bouncer/pgbouncer.ini" <<INI
+[databases]
+dagster = host=127.0.0.1 port=$PGPORT dbname=dagster user=dagster
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $BOUNCER_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $DIR/bouncer/users.txt
+; A client keeps its server connection while it is connected (what Dagster expects);
+; Dagster's clients connect for one statement, so few server connections serve them all.
+pool_mode = session
+max_client_conn = 1000
+default_pool_size = 40
+; the webserver asks for a statement timeout through 'options'
+ignore_startup_parameters = extra_float_digits,options
+logfile = $DIR/bouncer/pgbouncer.log
+pidfile = $DIR/bouncer/pgbouncer.pid
+INI
+  [[ "$(id -u)" == 0 ]] && chown -R postgres "$DIR/bouncer"
+  "${as_owner[@]}" pgbouncer -d -q "$DIR/bouncer/pgbouncer.ini"
+  for _ in $(seq 50); do
+    "$PGBIN/psql" -h 127.0.0.1 -p "$BOUNCER_PORT" -U dagster -d dagster -tAc "SELECT 1" \
+      >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  DAGSTER_PORT=$BOUNCER_PORT
+else
+  echo "start.sh: pgbouncer not found (apt-get install pgbouncer): Dagster connects to" \
+    "PostgreSQL directly, a new server process for every statement" >&2
+fi
+
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$DIR" --daemonize yes \
   --pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log" --save "" --appendonly no
 for _ in $(seq 50); do
@@ -53,8 +101,8 @@ done
 
 cat >"$DIR/env" <<ENV
 export PGHOST=127.0.0.1 PGPORT=$PGPORT PGUSER=dagster PGDATABASE=dagster
-export MEMORY_DAG_POSTGRES_URL=postgresql+psycopg2://dagster@127.0.0.1:$PGPORT/dagster
+export MEMORY_DAG_POSTGRES_URL=postgresql+psycopg2://dagster@127.0.0.1:$DAGSTER_PORT/dagster
 export MEMORY_DAG_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export MEMORY_DAG_SERVERS_DIR=$DIR
 ENV
-echo "PostgreSQL on 127.0.0.1:$PGPORT, Redis on 127.0.0.1:$REDIS_PORT; settings in $DIR/env"
+echo "PostgreSQL on 127.0.0.1:$PGPORT (Dagster's URL: port $DAGSTER_PORT), Redis on 127.0.0.1:$REDIS_PORT; settings in $DIR/env"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop the PostgreSQL and Redis that deploy/local/start.sh started in DIR (their data stays).
+# Stop the PostgreSQL, PgBouncer and Redis that deploy/local/start.sh started in DIR (their data stays).
 set -uo pipefail
 
 DIR="$(realpath -m "${1:-data/local-servers}")"
@@ -7,6 +7,10 @@ PGBIN="${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -
 as_owner=()
 [[ "$(id -u)" == 0 ]] && as_owner=(runuser -u postgres --)
 
+if [[ -f "$DIR/bouncer/pgbouncer.pid" ]]; then
+  kill "$(cat "$DIR/bouncer/pgbouncer.pid")" 2>/dev/null
+  for _ in $(seq 50); do [[ -f "$DIR/bouncer/pgbouncer.pid" ]] || break; sleep 0.1; done
+fi
 if [[ -f "$DIR/pg/data/postmaster.pid" ]]; then
   "${as_owner[@]}" "$PGBIN/pg_ctl" -D "$DIR/pg/data" -m fast -w stop >/dev/null
 fi

@@ -80,16 +80,21 @@ def reference_store(shard: Settings, folder: Path) -> Path:
     return Path(single.db_path)
 
 
-def launch(env: dict[str, str], job: str, shard: str) -> None:
-    """Submit a run to the instance's queue, as the UI's launch button does."""
+def launch(env: dict[str, str], job: str, shard: str, *, wait: bool = True) -> subprocess.Popen:
+    """Submit a run to the instance's queue, as the UI's launch button does (`wait`: until
+    `dagster job launch` has exited, successfully)."""
     tags = json.dumps({"dagster/partition": shard, SHARD_TAG: shard})
-    subprocess.run(
-        [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", job, "--tags", tags],
+    command = [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", job]
+    launching = subprocess.Popen(
+        [*command, "--tags", tags],
         cwd=REPO,
         env=env,
-        check=True,
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
+    if wait:
+        assert launching.wait() == 0, f"dagster job launch {job} failed"
+    return launching
 
 
 @pytest.fixture
@@ -176,28 +181,41 @@ def kill_a_rebuild(
 ) -> dg.DagsterRun:
     """Launch `reindex_job` on shard-03 and SIGKILL the worker process running it.
 
-    A small shard's rebuild lasts a few seconds: on a loaded machine several can end before
-    the poll sees the worker's pid, so it tries up to 12 times."""
+    A small shard's rebuild lasts about a second, less than `dagster job launch` takes to
+    exit: the launch is not waited for, the run is polled every 20 ms, and its worker is
+    frozen (SIGSTOP) before the run is checked once more, so the kill lands mid-run or not at
+    all. A rebuild that still ends first is launched again (up to 12 times)."""
     for _ in range(12):
         before = {run.run_id for run in shard_runs(DONE + BUSY)}
-        launch(env, "reindex_job", shard_key(3))
+        launching = launch(env, "reindex_job", shard_key(3), wait=False)
         deadline = time.monotonic() + 120
+        run: dg.DagsterRun | None = None
         while time.monotonic() < deadline:
-            runs = [r for r in shard_runs(DONE + BUSY) if r.run_id not in before]
-            if runs and runs[0].status in DONE:
+            if run is None:
+                new = [r for r in shard_runs(DONE + BUSY) if r.run_id not in before]
+                run = new[0] if new else None
+            else:
+                run = instance.get_run_by_id(run.run_id)
+            if run is not None and run.status in DONE:
                 break  # too quick: try again
-            # The run worker's own events (the run's start, its steps) carry its pid.
-            pids = {
-                event.dagster_event.pid
-                for event in (
-                    instance.all_logs(runs[0].run_id, of_type=WORKER_EVENTS) if runs else []
-                )
-                if event.dagster_event and event.dagster_event.pid
-            }
-            if runs and runs[0].status == dg.DagsterRunStatus.STARTED and len(pids) == 1:
-                os.kill(pids.pop(), signal.SIGKILL)
-                return runs[0]
-            time.sleep(0.1)
+            if run is not None and run.status == dg.DagsterRunStatus.STARTED:
+                # The run worker's own events (the run's start, its steps) carry its pid.
+                pids = {
+                    event.dagster_event.pid
+                    for event in instance.all_logs(run.run_id, of_type=WORKER_EVENTS)
+                    if event.dagster_event and event.dagster_event.pid
+                }
+                if len(pids) == 1:
+                    pid = pids.pop()
+                    os.kill(pid, signal.SIGSTOP)  # it cannot end the run while we look
+                    if instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED:
+                        os.kill(pid, signal.SIGKILL)
+                        launching.wait()
+                        return run
+                    os.kill(pid, signal.SIGCONT)
+                    break
+            time.sleep(0.02)
+        launching.wait()
     raise AssertionError("no rebuild could be caught running")
 
 
