@@ -20,7 +20,7 @@ from memory_dag.embed.providers import get_provider
 from memory_dag.llm import LLMClient, LLMConfig
 from memory_dag.memories.writer import MemoryWriter
 from memory_dag.reports import StageReport
-from memory_dag.store.connection import open_store
+from memory_dag.store.connection import listed, open_store
 
 ACTOR = "maintenance"
 #: Every report holds these counts (0 when a job does not do that kind of change).
@@ -118,16 +118,16 @@ def unlink_entities(con: Any, memory_ids: list[str]) -> int:
     """Remove the memories' entity links; the entities' mention counts follow."""
     if not memory_ids:
         return 0
-    con.execute(
-        "UPDATE entities SET mention_count = entities.mention_count - gone.n "
-        "FROM (SELECT entity_id, count(*) AS n FROM memory_entities "
-        "      WHERE memory_id IN (SELECT unnest(?::TEXT[])) GROUP BY entity_id) gone "
-        "WHERE entities.id = gone.entity_id",
-        [memory_ids],
-    )
-    row = con.execute(
-        "DELETE FROM memory_entities WHERE memory_id IN (SELECT unnest(?::TEXT[]))", [memory_ids]
-    ).fetchone()
+    with listed(con, "_unlinked", memory_ids):
+        con.execute(
+            "UPDATE entities SET mention_count = entities.mention_count - gone.n "
+            "FROM (SELECT entity_id, count(*) AS n FROM memory_entities "
+            "      WHERE memory_id IN (SELECT value FROM _unlinked) GROUP BY entity_id) gone "
+            "WHERE entities.id = gone.entity_id"
+        )
+        row = con.execute(
+            "DELETE FROM memory_entities WHERE memory_id IN (SELECT value FROM _unlinked)"
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -150,13 +150,13 @@ def soft_delete_rows(
     if not rows:
         return
     ids = [row["id"] for row in rows]
-    links = dict(
-        writer.con.execute(
-            "SELECT memory_id, list(entity_id ORDER BY entity_id) FROM memory_entities "
-            "WHERE memory_id IN (SELECT unnest(?::TEXT[])) GROUP BY memory_id",
-            [ids],
-        ).fetchall()
-    )
+    with listed(writer.con, "_deleted_ids", ids):
+        links = dict(
+            writer.con.execute(
+                "SELECT memory_id, list(entity_id ORDER BY entity_id) FROM memory_entities "
+                "WHERE memory_id IN (SELECT value FROM _deleted_ids) GROUP BY memory_id"
+            ).fetchall()
+        )
     purge_at = now + timedelta(days=purge_days) if purge_days is not None else None
     gone = pa.table(
         {"id": ids, "replaced_by": pa.array([r.get("replaced_by") for r in rows], pa.string())}

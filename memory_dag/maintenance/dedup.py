@@ -34,7 +34,7 @@ from memory_dag.memories.facts import validate_fact
 from memory_dag.memories.reconcile import relate
 from memory_dag.memories.writer import MemoryWriter
 from memory_dag.reports import StageReport
-from memory_dag.store.connection import fetch_dicts, open_store
+from memory_dag.store.connection import fetch_dicts, listed, open_store
 
 
 @dataclass
@@ -130,14 +130,14 @@ def _apply_merges(
     a pair whose fact was merged away or reworded earlier in the run is not applied.
     """
     ids = list({i for p in pairs for i in (p.older.id, p.newer.id)})
-    rows = {
-        r["id"]: r
-        for r in fetch_dicts(
-            writer.con,
-            f"SELECT {_MERGE_COLUMNS} FROM facts WHERE id IN (SELECT unnest(?::TEXT[]))",
-            [ids],
-        )
-    }
+    with listed(writer.con, "_pair_ids", ids):
+        rows = {
+            r["id"]: r
+            for r in fetch_dicts(
+                writer.con,
+                f"SELECT {_MERGE_COLUMNS} FROM facts WHERE id IN (SELECT value FROM _pair_ids)",
+            )
+        }
     judged_text = {p.older.id: p.older.content for p in pairs}
     judged_text.update({p.newer.id: p.newer.content for p in pairs})
     checked: list[tuple[str, str]] = []

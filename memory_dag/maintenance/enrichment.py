@@ -15,6 +15,7 @@ from memory_dag.maintenance import common
 from memory_dag.maintenance.common import DEFAULT_CONFIG, MaintenanceConfig
 from memory_dag.memories.entities import accurate_extractor_available
 from memory_dag.reports import StageReport
+from memory_dag.store.connection import listed
 
 
 def entity_enrichment(
@@ -51,12 +52,13 @@ def entity_enrichment(
             ).fetchall()
             ids = [row[0] for row in pending]
             writer.link_entities([(row[0], row[1]) for row in pending])
-            writer.con.execute(
-                "UPDATE memories SET attributes = json_merge_patch(coalesce(attributes, "
-                "'{}'::JSON), json_object('enriched_at', ?::VARCHAR)) "
-                "WHERE id IN (SELECT unnest(?::TEXT[]))",
-                [common.aware(now).isoformat(), ids],
-            )
+            with listed(writer.con, "_enriched", ids):
+                writer.con.execute(
+                    "UPDATE memories SET attributes = json_merge_patch(coalesce(attributes, "
+                    "'{}'::JSON), json_object('enriched_at', ?::VARCHAR)) "
+                    "WHERE id IN (SELECT value FROM _enriched)",
+                    [common.aware(now).isoformat()],
+                )
         report.counts["examined"] = len(ids)
         report.counts["entity_links"] = writer.counts.get("entity_links", 0)
         report.counts["entities_created"] = writer.counts.get("entities_created", 0)

@@ -17,7 +17,7 @@ from memory_dag.maintenance.common import DEFAULT_CONFIG, MaintenanceConfig
 from memory_dag.memories.consent import expire_proposals
 from memory_dag.memories.writer import MemoryWriter
 from memory_dag.reports import StageReport
-from memory_dag.store.connection import fetch_dicts
+from memory_dag.store.connection import fetch_dicts, listed
 
 
 def lifecycle(
@@ -118,10 +118,10 @@ def _purge(writer: MemoryWriter, cutoff: datetime) -> int:
         writer.log_change(row["conversation_id"], row["id"], "deleted", {"job": "purge"})
     if ids:
         common.unlink_entities(con, ids)
-        con.execute(
-            "DELETE FROM relations WHERE from_id IN (SELECT unnest(?::TEXT[])) "
-            "OR to_id IN (SELECT unnest(?::TEXT[]))",
-            [ids, ids],
-        )
-        con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?::TEXT[]))", [ids])
+        with listed(con, "_purged", ids):
+            con.execute(
+                "DELETE FROM relations WHERE from_id IN (SELECT value FROM _purged) "
+                "OR to_id IN (SELECT value FROM _purged)"
+            )
+            con.execute("DELETE FROM memories WHERE id IN (SELECT value FROM _purged)")
     return len(ids)
