@@ -22,6 +22,7 @@ choice, chunking, truncation and its two engines (LLM and extractive) behind one
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ from memory_dag.ingest.tokens import (
 from memory_dag.ingest.tokens import split_by_tokens as _split_by_tokens
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
 from memory_dag.summaries import prompts
+from memory_dag.summaries.line_tokens import LineTokens
 
 THRESHOLD_NONE = 100
 THRESHOLD_BRIEF = 500
@@ -210,7 +212,8 @@ def _summarize(
 ) -> SummaryResult:
     if not content.strip():
         return _result(SummaryLevel.NONE, None, None, 0, engine.method)
-    input_tokens = count_tokens(content)
+    lines = LineTokens.of(content)  # counts the input once, for its chunks too
+    input_tokens = lines.total() if lines is not None else count_tokens(content)
     level = determine_level(input_tokens)
     prior = prior_summary if prior_summary and prior_summary.strip() else None
 
@@ -225,7 +228,7 @@ def _summarize(
         return _result(level, summary, None, input_tokens, engine.method)
 
     chunks, known = _chunks_counted(
-        content, config.chunk_size, config.chunk_overlap, tokens=input_tokens
+        content, config.chunk_size, config.chunk_overlap, tokens=input_tokens, lines=lines
     )
     # Chunking counted most chunks already: only the others are encoded again.
     unknown = [i for i, count in enumerate(known) if count is None]
@@ -301,30 +304,59 @@ def chunk_text(
 
 
 def _chunks_counted(
-    text: str, chunk_size: int, overlap: int, *, tokens: int | None = None
+    text: str,
+    chunk_size: int,
+    overlap: int,
+    *,
+    tokens: int | None = None,
+    lines: LineTokens | None = None,
 ) -> tuple[list[str], list[int | None]]:
-    """`chunk_text`'s chunks and the token count of each that it counted (None: not counted)."""
+    """`chunk_text`'s chunks and the token count of each that it counted (None: not counted).
+
+    `lines` are the text's line tokens when the caller has them: paragraphs and chunks are then
+    counted from them, not encoded again."""
     if chunk_size < 1:
         raise ValueError("chunk_size must be at least 1")
     if not 0 <= overlap < chunk_size:
         raise ValueError("overlap must be at least 0 and smaller than chunk_size")
     if not text.strip():
         return [], []
-    total = count_tokens(text) if tokens is None else tokens
-    if total <= chunk_size:
-        return [text], [total]
+    if lines is None:
+        lines = LineTokens.of(text)
+    if tokens is None:
+        tokens = lines.total() if lines is not None else count_tokens(text)
+    if tokens <= chunk_size:
+        return [text], [tokens]
 
     unit_limit = max(1, chunk_size - overlap - _JOIN_MARGIN)
-    units, piece_tokens = _split_units(text, unit_limit)
+    units, piece_tokens = _split_units(text, unit_limit, lines)
     costs = _unit_costs(units, piece_tokens)
+    # Where each unit starts in `text`, and the end; stretches of `text` only when the units
+    # join into it (whitespace-only runs longer than a chunk are dropped).
+    offsets = list(itertools.accumulate((len(sep) + len(piece) for sep, piece in units), initial=0))
+    if "".join(sep + piece for sep, piece in units) != text:
+        lines = None
+
+    def count_and_ids(prefix: str, first: int, end: int) -> tuple[int, list[int] | None]:
+        """Count `prefix` + units[first:end] (and keep its tokens): from `lines` when a clean
+        cut follows the prefix, which then is all that is encoded again."""
+        start, stop = offsets[first], offsets[end]
+        if lines is not None:
+            cut = start if not prefix and lines.is_cut(start) else lines.next_cut(start)
+            if cut <= stop:
+                head = _count_and_ids(prefix + text[start:cut])[1] if cut > start else []
+                ids = [*(head or []), *lines.ids(cut, stop)]
+                return len(ids), ids
+        return _count_and_ids(prefix + "".join(sep + piece for sep, piece in units[first:end]))
 
     chunks: list[str] = []
     counts: list[int | None] = []
+    bounds: list[tuple[str, int, int]] = []  # each chunk's prefix and units
     last_ids: list[int] | None = None  # the tokens of chunks[-1], when they were counted
     start = 0
     while start < len(units):
         if chunks and last_ids is None:  # its tail needs its tokens: count it with them
-            counts[-1], last_ids = _count_and_ids(chunks[-1])
+            counts[-1], last_ids = count_and_ids(*bounds[-1])
         prefix = _token_tail(chunks[-1], overlap, last_ids) if chunks else ""
         estimate = count_tokens(prefix)
         end = start
@@ -332,17 +364,16 @@ def _chunks_counted(
             estimate += costs[end]
             end += 1
         # The estimate adds per-unit counts; the joined text can tokenize a little differently.
-        chunk = prefix + "".join(sep + piece for sep, piece in units[start:end])
         last_ids = None
         while end - start > 1:
-            count, last_ids = _count_and_ids(chunk)
+            count, last_ids = count_and_ids(prefix, start, end)
             if count <= chunk_size:
                 break
             end -= 1
-            chunk = prefix + "".join(sep + piece for sep, piece in units[start:end])
             last_ids = None
-        chunks.append(chunk)
+        chunks.append(prefix + "".join(sep + piece for sep, piece in units[start:end]))
         counts.append(len(last_ids) if last_ids is not None else None)
+        bounds.append((prefix, start, end))
         start = end
     return chunks, counts
 
@@ -395,17 +426,26 @@ def _truncation_marker(removed: int) -> str:
     return f"\n[... {removed} characters truncated ...]\n"
 
 
-def _split_units(text: str, limit: int) -> tuple[list[tuple[str, str]], list[int | None]]:
+def _split_units(
+    text: str, limit: int, lines: LineTokens | None = None
+) -> tuple[list[tuple[str, str]], list[int | None]]:
     """(separator, piece) pairs whose concatenation is `text`, each piece ≤ `limit` tokens,
-    and the token count of each piece that was counted whole (None: not counted)."""
+    and the token count of each piece that was counted whole (None: not counted). A paragraph
+    that starts at a clean cut of `lines` is counted from them."""
     units: list[tuple[str, str]] = []
     counts: list[int | None] = []
     pending_sep = ""
+    position = 0
     for index, part in enumerate(_PARAGRAPH_SPLIT.split(text)):
+        position += len(part)
         if index % 2 == 1 or not part:
             pending_sep += part
             continue
-        tokens = count_tokens(part)
+        start = position - len(part)
+        if lines is not None and lines.is_cut(start):
+            tokens = lines.count(start, position)
+        else:
+            tokens = count_tokens(part)
         pieces = [("", part)] if tokens <= limit else _split_paragraph(part, limit)
         for n, (sep, piece) in enumerate(pieces):
             units.append((pending_sep + sep if n == 0 else sep, piece))
