@@ -462,6 +462,7 @@ def _nodes(gathered: ConversationInput, result: SummaryResult, generation: int) 
             nodes.append((node_id, l1.content, attributes, [s.id for s in sources]))
         l1_ids = [summary_id(cid, 1, s.chunk_index) for s in tree.l1_summaries]
         final_sources = l1_ids
+        l2_tokens = tree.l2_tokens or [count_tokens(text) for text in tree.l2_summaries]
         for index, text in enumerate(tree.l2_summaries):
             node_id = summary_id(cid, 2, index)
             members = [s for s in tree.l1_summaries if s.parent_group == index]
@@ -472,7 +473,7 @@ def _nodes(gathered: ConversationInput, result: SummaryResult, generation: int) 
                 "group_index": index,
                 "chunk_indices": [s.chunk_index for s in members],
                 "is_final": False,
-                **_tokens(sum(s.source_tokens for s in members), count_tokens(text)),
+                **_tokens(sum(s.source_tokens for s in members), l2_tokens[index]),
                 "source_categories": sorted(categories[node_id]),
                 **common,
             }

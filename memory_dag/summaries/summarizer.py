@@ -138,6 +138,9 @@ class HierarchicalSummary(BaseModel):
     chunk_overlap: int = 200
     #: The input's chunks, in order (what provenance maps sources onto; not serialised).
     chunks: list[str] = Field(default_factory=list, exclude=True)
+    #: The token count of each L2 summary, counted where the tree was built (a worker process),
+    #: not again where it is written (not serialised).
+    l2_tokens: list[int] = Field(default_factory=list, exclude=True)
 
 
 class SummaryResult(BaseModel):
@@ -275,6 +278,7 @@ def _summarize(
     tree = HierarchicalSummary(
         l1_summaries=l1,
         l2_summaries=l2_texts,
+        l2_tokens=[count_tokens(text) for text in l2_texts],
         l3_summary=final,
         chunk_size=config.chunk_size,
         chunk_overlap=config.chunk_overlap,
@@ -765,9 +769,10 @@ def _speaker_labels(text: str) -> frozenset[str]:
 
 def _tfidf(words: Sequence[Sequence[str]]) -> np.ndarray:
     """Row-normalized TF-IDF matrix (sublinear tf) over the content words of each sentence."""
-    vocabulary = {word: i for i, word in enumerate(sorted({w for ws in words for w in ws}))}
+    every = list(itertools.chain.from_iterable(words))
+    vocabulary = {word: i for i, word in enumerate(sorted(set(every)))}
     rows = np.repeat(np.arange(len(words)), [len(ws) for ws in words])
-    columns = np.fromiter((vocabulary[w] for ws in words for w in ws), np.int64, len(rows))
+    columns = np.fromiter(map(vocabulary.__getitem__, every), np.int64, len(every))
     # Each (sentence, word) pair once, with how often the word occurs in the sentence.
     pairs, counts = np.unique(rows * len(vocabulary) + columns, return_counts=True)
     sublinear = [0.0] + [1.0 + math.log(n) for n in range(1, 1 + int(counts.max(initial=0)))]
