@@ -409,15 +409,20 @@ def write_summaries(
             }
             for node_id, content, attributes, source_ids in nodes
         ]
+    # Retiring renames the rows: a copy under the new id, then the old row deleted. An UPDATE
+    # of the primary key is DuckDB's slow path (100k turns: 5.8 s for 6,200 rows, against 0.2 s).
     with registered(con, "_retiring", pa.Table.from_pylist(retiring, schema=_RETIRING_SCHEMA)):
         con.execute(
-            "UPDATE memories SET id = id || '#g' || "
-            "coalesce(CAST(json_extract(attributes, '$.generation') AS INTEGER), 0), "
-            "valid_until = ?, state = 'soft_deleted', replaced_by = r.replaced_by "
-            "FROM _retiring r WHERE memories.kind = 'summary' "
-            "AND memories.conversation_id = r.conversation_id "
-            "AND memories.valid_until IS NULL AND memories.state = 'active'",
+            "INSERT INTO memories BY NAME SELECT m.* REPLACE (m.id || '#g' || "
+            "coalesce(CAST(json_extract(m.attributes, '$.generation') AS INTEGER), 0) AS id, "
+            "?::TIMESTAMPTZ AS valid_until, 'soft_deleted' AS state, r.replaced_by AS replaced_by) "
+            "FROM memories m JOIN _retiring r ON m.conversation_id = r.conversation_id "
+            "WHERE m.kind = 'summary' AND m.valid_until IS NULL AND m.state = 'active'",
             [now],
+        )
+        con.execute(
+            "DELETE FROM memories WHERE kind = 'summary' AND valid_until IS NULL "
+            "AND state = 'active' AND conversation_id IN (SELECT conversation_id FROM _retiring)"
         )
     insert_arrow(con, "memories", pa.Table.from_pylist(rows, schema=_SUMMARY_SCHEMA))
     return written

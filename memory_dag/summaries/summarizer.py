@@ -671,9 +671,12 @@ def extraction_units(text: str) -> list[str]:
             continue
         label = _SPEAKER_LABEL.match(line)
         for number, sentence in enumerate(_sentences(_LINE_SENTENCE_SPLIT.split(line))):
-            if _STRUCTURE_LINE.search(sentence):
+            # The regular expressions only where they can match: most sentences end in neither
+            # ":" nor "]" and start with no list marker.
+            if sentence[-1] in ":]" and _STRUCTURE_LINE.search(sentence):
                 continue
-            sentence = _LIST_MARKER.sub("", sentence)
+            if sentence[0] in "-*•":
+                sentence = _LIST_MARKER.sub("", sentence)
             if _ANAPHOR_START.match(sentence):
                 if units:
                     units[-1] = f"{units[-1]} {sentence}"
