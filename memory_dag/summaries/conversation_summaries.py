@@ -208,11 +208,19 @@ def gather_inputs(
         }
         episodes = _grouped(
             con,
-            "SELECT conversation_id, id, turn_id, session_id, role, speaker, content, event_time, "
-            "line, path FROM episodes WHERE conversation_id IN (SELECT value FROM _conversations) "
+            "SELECT conversation_id, id, turn_id, session_id, role, speaker, content, line, path "
+            "FROM episodes WHERE conversation_id IN (SELECT value FROM _conversations) "
             "ORDER BY conversation_id, path, line",
             [],
         )
+        # Each session's first time, not every turn's: a timestamp costs the client a time
+        # zone lookup (100k turns: ~0.5 s), and only the first is shown or compared.
+        starts: dict[str, dict[str, datetime | None]] = {}
+        for conversation_id, path, first in con.execute(
+            "SELECT conversation_id, path, min(event_time) FROM episodes "
+            "WHERE conversation_id IN (SELECT value FROM _conversations) GROUP BY ALL"
+        ).fetchall():
+            starts.setdefault(conversation_id, {})[path] = first
         entry_turns = _grouped(
             con,
             "SELECT conversation_id, path, entry_id, role, body, created_at FROM notes "
@@ -240,6 +248,7 @@ def gather_inputs(
             summarizer,
             priors.get(conversation_id),
             episodes.get(conversation_id, []),
+            starts.get(conversation_id, {}),
             entry_turns.get(conversation_id, []),
             facts.get(conversation_id, []),
             superseded,
@@ -263,6 +272,7 @@ def _input_of(
     summarizer: str,
     prior: StoredSummary | None,
     episodes: list[dict[str, Any]],
+    starts: Mapping[str, datetime | None],
     entry_turns: list[dict[str, Any]],
     facts: list[dict[str, Any]],
     superseded: Mapping[str, str | None],
@@ -272,8 +282,8 @@ def _input_of(
     for row in episodes:
         sessions.setdefault(row["path"], []).append(row)
     built = Content()
-    for number, rows in enumerate(_ordered_sessions(sessions)):
-        built.add(("\n\n" if number else "") + _session_header(rows))
+    for number, rows in enumerate(_ordered_sessions(sessions, starts)):
+        built.add(("\n\n" if number else "") + _session_header(rows, starts[rows[0]["path"]]))
         for row in rows:
             built.add("\n" + (SUPERSEDED_MARK if row["id"] in superseded else ""))
             built.add(render_turn(_turn(row)), row["id"])
@@ -311,23 +321,23 @@ def _input_of(
     )
 
 
-def _ordered_sessions(sessions: dict[str, list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
-    """Sessions in time order; undated ones last, in natural file order (session_2 < _10)."""
+def _ordered_sessions(
+    sessions: dict[str, list[dict[str, Any]]], starts: Mapping[str, datetime | None]
+) -> list[list[dict[str, Any]]]:
+    """Sessions in time order (of their first turn: `starts`); undated ones last, in natural
+    file order (session_2 < _10)."""
 
     def key(path: str) -> tuple[bool, datetime, list[Any]]:
-        times = [row["event_time"] for row in sessions[path] if row["event_time"] is not None]
-        first = min(times) if times else datetime.max.replace(tzinfo=UTC)
+        first = starts[path]
         natural = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
-        return (not times, first, natural)
+        return (first is None, first or datetime.max.replace(tzinfo=UTC), natural)
 
     return [sessions[path] for path in sorted(sessions, key=key)]
 
 
-def _session_header(rows: list[dict[str, Any]]) -> str:
-    times = [row["event_time"] for row in rows if row["event_time"] is not None]
+def _session_header(rows: list[dict[str, Any]], when: datetime | None) -> str:
     header = f"[{rows[0]['session_id']}"
-    if times:
-        when = min(times)
+    if when is not None:
         header += f", {when.day} {when:%B %Y, %H:%M}"
     return header + "]"
 
@@ -340,7 +350,7 @@ def _turn(row: dict[str, Any]) -> Turn:
         role=row["role"],
         speaker=row["speaker"],
         content=row["content"],
-        event_time=row["event_time"],
+        event_time=None,  # not read: the session's header shows when
         line=row["line"],
     )
 

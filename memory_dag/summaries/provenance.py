@@ -44,6 +44,8 @@ class Content:
         """The stripped text and the sources' spans in it."""
         raw = "".join(self.parts)
         lead = len(raw) - len(raw.lstrip())
+        if not lead:  # nothing to shift (a transcript starts with its first session's header)
+            return raw.strip(), tuple(self.sources)
         shifted = tuple(
             Source(s.id, s.start - lead, s.end - lead, s.category) for s in self.sources
         )
