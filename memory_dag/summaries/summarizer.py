@@ -623,17 +623,20 @@ class _ExtractiveEngine:
         return extract_sentences(_with_prior(content, prior), budget)
 
     def __init__(self) -> None:
-        self._units: dict[str, list[str]] = {}  # chunk -> its sentences, from `prepare`
+        #: chunk -> its sentences and their token counts, from `prepare`
+        self._units: dict[str, tuple[list[str], list[int]]] = {}
 
     def prepare(self, chunks: Sequence[str]) -> None:
         """Cut the chunks into sentences and count them all in one batch: thousands of texts
         are counted by their distinct pieces (`ingest/tokens.py`), not one encode each."""
-        for text in chunks:
-            self._units[text] = extraction_units(text)
-        sentence_tokens([unit for units in self._units.values() for unit in units])
+        cut = {text: extraction_units(text) for text in chunks}
+        counts = iter(sentence_tokens([unit for units in cut.values() for unit in units]))
+        for text, units in cut.items():
+            self._units[text] = (units, [next(counts) for _ in units])
 
     def chunk(self, content: str, index: int, total: int, budget: int) -> str:
-        return extract_sentences(content, budget, units=self._units.pop(content, None))
+        units, lengths = self._units.pop(content, (None, None))
+        return extract_sentences(content, budget, units=units, lengths=lengths)
 
     def synthesize(self, summaries: Sequence[str], prior: str | None, budget: int) -> str:
         return extract_sentences(_with_prior("\n".join(summaries), prior), budget)
@@ -688,7 +691,12 @@ def extraction_units(text: str) -> list[str]:
 
 
 def extract_sentences(
-    text: str, budget: int, max_sentences: int | None = None, *, units: list[str] | None = None
+    text: str,
+    budget: int,
+    max_sentences: int | None = None,
+    *,
+    units: list[str] | None = None,
+    lengths: list[int] | None = None,
 ) -> str:
     """The most central sentences of `text` that fit in `budget` tokens, in original order.
 
@@ -696,7 +704,7 @@ def extract_sentences(
     penalty for similarity to already chosen sentences spreads the selection over the topics.
     When no sentence fits, the most central one is cut to the budget. The candidates are
     `extraction_units` (no headers, no pronoun without its referent), or `units` when the
-    caller cut `text` already.
+    caller cut `text` already (`lengths`: their token counts, when the caller counted them).
     """
     sentences = extraction_units(text) if units is None else units
     if not sentences:
@@ -708,7 +716,8 @@ def extract_sentences(
     substantial = [len(content) >= MIN_CONTENT_WORDS for content in words]
     if not any(substantial):
         substantial = [True] * len(sentences)
-    lengths = sentence_tokens(sentences)
+    if lengths is None or units is None:
+        lengths = sentence_tokens(sentences)
     vectors = _tfidf(words)
     centroid = vectors.mean(axis=0)
     norm = float(np.linalg.norm(centroid))
@@ -779,10 +788,12 @@ def _tfidf(words: Sequence[Sequence[str]]) -> np.ndarray:
     # Each (sentence, word) pair once, with how often the word occurs in the sentence.
     pairs, counts = np.unique(rows * len(vocabulary) + columns, return_counts=True)
     sublinear = [0.0] + [1.0 + math.log(n) for n in range(1, 1 + int(counts.max(initial=0)))]
+    # The sentences each word is in: one (sentence, word) pair each. Weights are set on the
+    # pairs only; the rest of the matrix stays zero, as zero times the weight would leave it.
+    document_frequency = np.bincount(pairs % max(1, len(vocabulary)), minlength=len(vocabulary))
+    weights = np.log((1 + len(words)) / (1 + document_frequency)) + 1.0
     matrix = np.zeros((len(words), len(vocabulary)))
-    matrix.flat[pairs] = np.asarray(sublinear)[counts]
-    document_frequency = (matrix > 0).sum(axis=0)
-    matrix *= np.log((1 + len(words)) / (1 + document_frequency)) + 1.0
+    matrix.flat[pairs] = np.asarray(sublinear)[counts] * weights[pairs % max(1, len(vocabulary))]
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
