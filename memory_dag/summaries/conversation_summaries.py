@@ -283,7 +283,7 @@ def _input_of(
         sessions.setdefault(row["path"], []).append(row)
     built = Content()
     for number, rows in enumerate(_ordered_sessions(sessions, starts)):
-        built.add(("\n\n" if number else "") + _session_header(rows, starts[rows[0]["path"]]))
+        built.add(("\n\n" if number else "") + _session_header(rows, starts.get(rows[0]["path"])))
         for row in rows:
             built.add("\n" + (SUPERSEDED_MARK if row["id"] in superseded else ""))
             built.add(render_turn(_turn(row)), row["id"])
@@ -328,7 +328,7 @@ def _ordered_sessions(
     file order (session_2 < _10)."""
 
     def key(path: str) -> tuple[bool, datetime, list[Any]]:
-        first = starts[path]
+        first = starts.get(path)
         natural = [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
         return (first is None, first or datetime.max.replace(tzinfo=UTC), natural)
 
