@@ -4,8 +4,10 @@ sits in the text the summarizer reads, so every node of a tree can name its `sou
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from memory_dag.scope import read_as
 
@@ -42,6 +44,8 @@ class Content:
         """The stripped text and the sources' spans in it."""
         raw = "".join(self.parts)
         lead = len(raw) - len(raw.lstrip())
+        if not lead:  # nothing to shift (a transcript starts with its first session's header)
+            return raw.strip(), tuple(self.sources)
         shifted = tuple(
             Source(s.id, s.start - lead, s.end - lead, s.category) for s in self.sources
         )
@@ -55,6 +59,11 @@ def chunk_sources(
     (`summarizer.chunk_text`, deterministic): stretches of it, in order; a source in the overlap
     of two chunks belongs to both."""
     covered: list[list[Source]] = []
+    starts = [s.start for s in sources]
+    ends = [s.end for s in sources]
+    # Sources in text order (as `Content` adds them): those a stretch overlaps are one run,
+    # found by bisection (a scan of all a chunk was ~0.3 s at 100k turns).
+    ordered = all(a <= b for a, b in pairwise(starts)) and all(a <= b for a, b in pairwise(ends))
     position = 0
     for chunk in chunks:
         start = content.find(chunk, position)
@@ -62,6 +71,9 @@ def chunk_sources(
             covered.append([s for s in sources if content[s.start : s.end] in chunk])
             continue
         end = start + len(chunk)
-        covered.append([s for s in sources if s.start < end and s.end > start])
+        if ordered:
+            covered.append(list(sources[bisect_right(ends, start) : bisect_left(starts, end)]))
+        else:
+            covered.append([s for s in sources if s.start < end and s.end > start])
         position = start
     return covered

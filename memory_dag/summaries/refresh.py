@@ -24,12 +24,13 @@ from memory_dag.store.connection import listed, open_store
 from memory_dag.summaries.conversation_summaries import (
     CONTENT_TYPE,
     ConversationInput,
+    Event,
     StoredSummary,
     SummaryRun,
     conversation_ids,
     final_id,
     gather_inputs,
-    record_event,
+    record_events,
     summarizer_identity,
     write_summaries,
 )
@@ -321,6 +322,7 @@ def _write_trees_and_events(
     con.execute("BEGIN TRANSACTION")
     try:
         written = write_summaries(con, [(item, result) for item, result, _ in summarized])
+        events: list[Event] = []
         for item, result, _ in summarized:
             generation, retired = written[item.conversation_id]
             detail = f"{result.level.value}: {result.input_tokens} -> {result.output_tokens} tokens"
@@ -334,9 +336,10 @@ def _write_trees_and_events(
                 "retired": retired,
             }
             memory_id = final_id(item.conversation_id) if generation is not None else None
-            record_event(con, item.conversation_id, "ok", detail, meta, memory_id=memory_id)
+            events.append(Event(item.conversation_id, "ok", detail, meta, memory_id))
         for item, error in errors:
-            record_event(con, item.conversation_id, "error", str(error), {"turns": item.turns})
+            events.append(Event(item.conversation_id, "error", str(error), {"turns": item.turns}))
+        record_events(con, events)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
