@@ -85,13 +85,19 @@ def split_sentences(text: str) -> list[str]:
     for line in text.splitlines():
         start = 0
         for match in _BOUNDARY.finditer(line):
-            word = _word_ending_at(line, match.start() + 1).rstrip(".").lower()
-            if match.group(0).startswith(".") and (word in _ABBREVIATIONS or len(word) == 1):
+            if line[match.start()] == "." and _abbreviation_before(line, match.start() + 1):
                 continue
             sentences.append(line[start : match.end()].strip())
             start = match.end()
         sentences.append(line[start:].strip())
     return [sentence for sentence in sentences if sentence]
+
+
+def _abbreviation_before(line: str, end: int) -> bool:
+    """Whether the word ending at `end` (a period's end) is a known abbreviation or an initial:
+    looked at only for periods, as the other boundaries always end a sentence."""
+    word = _word_ending_at(line, end).rstrip(".").lower()
+    return word in _ABBREVIATIONS or len(word) == 1
 
 
 def _word_ending_at(line: str, end: int) -> str:

@@ -56,7 +56,7 @@ from memory_dag.embed.providers import get_provider
 from memory_dag.ids import text_hash
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
 from memory_dag.memories.consent import ConsentGate
-from memory_dag.memories.fact_rules import extract_facts_rules
+from memory_dag.memories.fact_rules import extract_facts_rules_batch
 from memory_dag.memories.facts import (
     FactCandidate,
     classify_fact,
@@ -192,7 +192,8 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
     rules, on many turns, in worker processes)."""
     if llm is None:
         said = [(t.content, t.speaker, t.turn_id) for t in turns]
-        return [(found, None, rejected) for found, rejected in process_map(_extract_by_rules, said)]
+        found = process_map(extract_facts_rules_batch, said)
+        return [(candidates, None, rejected) for candidates, rejected in found]
 
     def extract(turn: UserTurn) -> Extracted:
         rejected: list[str] = []
@@ -200,17 +201,6 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
         return found, error, rejected
 
     return llm.map(extract, turns)
-
-
-def _extract_by_rules(
-    said: Sequence[tuple[str, str | None, str]],
-) -> list[tuple[list[FactCandidate], list[str]]]:
-    """Rule extraction of a slice of turns: (candidates, rejected facts) of each."""
-    results = []
-    for text, speaker, turn_id in said:
-        rejected: list[str] = []
-        results.append((extract_facts_rules(text, speaker, turn_id, rejected), rejected))
-    return results
 
 
 def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:
