@@ -43,7 +43,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import polars as pl
 
@@ -706,7 +706,25 @@ def _types_compatible(a: str, b: str) -> bool:
     return (a == "other" and b in NAME_TYPES) or (b == "other" and a in NAME_TYPES)
 
 
-def resolve(mention: EntityMention, known: Iterable[KnownEntity]) -> KnownEntity | None:
+class NamedEntity(Protocol):
+    """What `resolve` reads of an entity: a `KnownEntity`, or the entity linker's own record
+    (passed as it is: building a `KnownEntity` per candidate per mention cost more than the
+    resolution)."""
+
+    @property
+    def canonical_name(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def aliases(self) -> Sequence[str]: ...
+
+
+Named = TypeVar("Named", bound=NamedEntity)
+
+
+def resolve(mention: EntityMention, known: Iterable[Named]) -> Named | None:
     """The registered entity a mention refers to: canonical name + type first, then an alias.
 
     The alias step compares the mention's raw text and canonical name case-insensitively with
