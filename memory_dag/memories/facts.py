@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from memory_dag.llm import LLMClient, LLMError
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT, MAX_FACT_CHARS, FactList
 from memory_dag.memories.reconcile import (
+    NEAR_DUPLICATE_JACCARD,
     dedup_batch,
-    is_near_duplicate,
+    jaccard,
     normalise_text,
     relate,
 )
@@ -308,7 +309,7 @@ def extract_facts_llm(
 
 def _repeats(text: str, stored: list[str]) -> bool:
     """A near-duplicate (Jaccard >= 0.75) of a stored fact that does not change it."""
-    similar = [other for other in stored if is_near_duplicate(text, [other])]
+    similar = [other for other in stored if jaccard(text, other) >= NEAR_DUPLICATE_JACCARD]
     return any(relate(text, other, None)[0] not in ("updates", "contradicts") for other in similar)
 
 

@@ -153,10 +153,17 @@ def jaccard(a: str, b: str) -> float:
     set_a, set_b = _word_set(a), _word_set(b)
     if not set_a and not set_b:
         return 1.0
-    return len(set_a & set_b) / len(set_a | set_b)
+    shared = len(set_a & set_b)
+    return shared / (len(set_a) + len(set_b) - shared)  # the union's size, without building it
 
 
-def is_near_duplicate(text: str, existing_texts: Iterable[str], threshold: float = 0.75) -> bool:
+#: Seed 004: word Jaccard at or above this makes a near-duplicate.
+NEAR_DUPLICATE_JACCARD = 0.75
+
+
+def is_near_duplicate(
+    text: str, existing_texts: Iterable[str], threshold: float = NEAR_DUPLICATE_JACCARD
+) -> bool:
     """True when `text` has word Jaccard >= `threshold` with any existing text (seed 004)."""
     return any(jaccard(text, existing) >= threshold for existing in existing_texts)
 
