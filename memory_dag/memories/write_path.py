@@ -26,9 +26,11 @@ line's `user_id`; the fact is then that user's, `memory_dag/scope.py`), and `sou
 episode id of its turn. Neighbours are facts of the same owner only (the user, else the
 conversation), so one user's statement never updates or deletes another user's fact.
 
-Sessions are written in all-or-nothing batches, so a crash leaves them pending; extraction runs
-before the store is opened, so its LLM latency does not hold DuckDB's write lock
-(reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
+Sessions are written in all-or-nothing batches, so a crash leaves them pending; LLM extraction
+runs before the store is opened, so its latency does not hold DuckDB's write lock
+(reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`). Rule extraction
+(milliseconds a session) runs in the worker processes while the first sessions are written
+(`ExtractedInOrder`).
 
 Kept as one module (~680 lines): one run, read -> extract -> reconcile -> write per batch of
 sessions, live and closing alike; the sessions themselves are in `sessions.py`, the consent
