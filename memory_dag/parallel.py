@@ -20,7 +20,7 @@ import multiprocessing
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -46,38 +46,12 @@ def process_map(
     workers = usable_cpus()
     if len(items) < min_items or workers < 2 or multiprocessing.current_process().daemon:
         return fn(items)
-    futures = _submit(fn, items, workers, 2)  # two slices a worker even out uneven slices
-    return [result for future in futures for result in future.result()]
-
-
-#: `process_imap`'s slices a worker: small, so the caller gets the first results early.
-IMAP_SLICES_PER_WORKER = 8
-
-
-def process_imap(
-    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], *, min_items: int = MIN_ITEMS
-) -> Iterator[R]:
-    """`process_map`'s results one by one, in order, as the workers return them: every slice
-    is handed out at once, and the caller works on the first results while the workers
-    compute the later ones (a stage whose results are then resolved or written one by one in
-    this process would otherwise leave the workers idle during that, and this process idle
-    before it)."""
-    workers = usable_cpus()
-    if len(items) < min_items or workers < 2 or multiprocessing.current_process().daemon:
-        return iter(fn(items))
-    futures = _submit(fn, items, workers, IMAP_SLICES_PER_WORKER)
-    return (result for future in futures for result in future.result())
-
-
-def _submit(
-    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], workers: int, per_worker: int
-) -> list[Future[list[R]]]:
-    """`fn` of consecutive slices of `items` (`per_worker` slices a worker), submitted."""
-    size = -(-len(items) // (per_worker * workers))
+    size = -(-len(items) // (2 * workers))  # two slices a worker even out uneven slices
     slices = [items[start : start + size] for start in range(0, len(items), size)]
     pool = _executor(workers)
     with _caller_script_hidden():  # workers start on the first submits
-        return [pool.submit(fn, part) for part in slices]
+        futures = [pool.submit(fn, part) for part in slices]
+    return [result for future in futures for result in future.result()]
 
 
 def _executor(workers: int) -> ProcessPoolExecutor:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from memory_dag import progress
 from memory_dag.memories.entities import extract_entities, extract_entities_batch
-from memory_dag.parallel import process_imap, process_map
+from memory_dag.parallel import process_map
 
 TEXTS = [
     f"My wife Anne{i} lives in Paris. Email me at a{i}@example.org on 8 May 2023, #tag{i % 7}"
@@ -25,14 +25,6 @@ def lengths(texts: list[str]) -> list[int]:
 def test_many_items_are_shared_by_workers_in_order() -> None:
     assert process_map(lengths, TEXTS) == lengths(TEXTS)
     assert process_map(lengths, TEXTS[:10]) == lengths(TEXTS[:10])  # in-process
-
-
-def test_results_come_one_by_one_in_order() -> None:
-    """`process_imap` hands out small slices; its results are still `fn(items)`, in order."""
-    many = process_imap(lengths, TEXTS)
-    assert not isinstance(many, list)  # an iterator: the caller starts on the first results
-    assert list(many) == lengths(TEXTS)
-    assert list(process_imap(lengths, TEXTS[:10])) == lengths(TEXTS[:10])  # in-process
 
 
 def test_a_script_without_a_main_guard_can_use_the_workers(tmp_path: Path) -> None:

@@ -40,14 +40,14 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Literal, Protocol, TypeVar
 
 import polars as pl
 
-from memory_dag.parallel import process_imap
+from memory_dag.parallel import process_map
 
 EntityType = Literal[
     "person",
@@ -643,17 +643,9 @@ def extract_entities_batch(
     matches wherever each of them does (`_PREFILTERS`); `re` then runs a pattern only on the
     texts where that test found something. Large batches are shared by worker processes.
     """
-    return list(iter_entities_batch(texts, strategy))
-
-
-def iter_entities_batch(
-    texts: Sequence[str], strategy: Literal["fast", "accurate"] = "fast"
-) -> Iterator[list[EntityMention]]:
-    """`extract_entities_batch`, text by text as the worker processes return them: the entity
-    linker resolves the first texts' entities while the workers extract the later ones."""
     if strategy == "accurate":  # spaCy's model stays loaded in this process
-        return iter(_extract_prefiltered(texts, strategy))
-    return process_imap(_extract_prefiltered, texts)
+        return _extract_prefiltered(texts, strategy)
+    return process_map(_extract_prefiltered, texts)
 
 
 def _extract_prefiltered(

@@ -26,7 +26,7 @@ from memory_dag.memories.entities import (
     EntityMention,
     canonical_name,
     deduplicate_overlaps,
-    iter_entities_batch,
+    extract_entities_batch,
     resolve,
 )
 from memory_dag.store.connection import insert_arrow, listed
@@ -217,7 +217,7 @@ class EntityLinker:
         links: list[dict[str, Any]] = []
         touched: dict[str, _Entity] = {}
         texts = dict(items)
-        extracted = iter_entities_batch(list(texts.values()))  # resolved as they come
+        extracted = extract_entities_batch(list(texts.values()))
         for (memory_id, text), found in zip(texts.items(), extracted, strict=True):
             linked: set[str] = set()
             for mention in self._mentions(memory_id, text, found):

@@ -26,11 +26,9 @@ line's `user_id`; the fact is then that user's, `memory_dag/scope.py`), and `sou
 episode id of its turn. Neighbours are facts of the same owner only (the user, else the
 conversation), so one user's statement never updates or deletes another user's fact.
 
-Sessions are written in all-or-nothing batches, so a crash leaves them pending; LLM extraction
-runs before the store is opened, so its latency does not hold DuckDB's write lock
-(reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`). Rule extraction
-(milliseconds a session) runs in the worker processes while the first sessions are written
-(`ExtractedInOrder`).
+Sessions are written in all-or-nothing batches, so a crash leaves them pending; extraction runs
+before the store is opened, so its LLM latency does not hold DuckDB's write lock
+(reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
 
 Kept as one module (~680 lines): one run, read -> extract -> reconcile -> write per batch of
 sessions, live and closing alike; the sessions themselves are in `sessions.py`, the consent
@@ -45,7 +43,7 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -86,7 +84,7 @@ from memory_dag.memories.sessions import (
     sessions_due,
 )
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
-from memory_dag.parallel import process_imap
+from memory_dag.parallel import process_map
 from memory_dag.reports import StageReport
 from memory_dag.scope import known_category, owner_key
 from memory_dag.store.connection import fetch_dicts, listed, open_store, registered
@@ -201,7 +199,9 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
     """Fact candidates of each turn (LLM calls run on the client's bounded thread pool; the
     rules, on many turns, in worker processes)."""
     if llm is None:
-        return list(_extract_by_rules(turns))
+        said = [(t.content, t.speaker, t.turn_id) for t in turns]
+        found = process_map(extract_facts_rules_batch, said)
+        return [(candidates, None, rejected) for candidates, rejected in found]
 
     def extract(turn: UserTurn) -> Extracted:
         rejected: list[str] = []
@@ -209,44 +209,6 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
         return found, error, rejected
 
     return llm.map(extract, turns)
-
-
-def _extract_by_rules(turns: Sequence[UserTurn]) -> Iterator[Extracted]:
-    """Rule extraction of each turn, in order, as the worker processes return them."""
-    said = [(t.content, t.speaker, t.turn_id) for t in turns]
-    for candidates, rejected in process_imap(extract_facts_rules_batch, said):
-        yield candidates, None, rejected
-
-
-class ExtractedInOrder(Mapping[str, Extracted]):
-    """The extraction of each turn by its key, taken from `results` (one per key of `keys`, in
-    that order) when first asked for. The write path asks in that order, so it reconciles and
-    writes the first sessions while the worker processes still extract the later ones, instead
-    of waiting for them all with the second core idle afterwards. `waited`: seconds spent
-    waiting for results."""
-
-    def __init__(self, keys: Sequence[str], results: Iterator[Extracted]) -> None:
-        self._keys = list(keys)
-        self._next = 0  # keys[:_next] are in `_ready`
-        self._results = results
-        self._ready: dict[str, Extracted] = {}
-        self.waited = 0.0
-
-    def __getitem__(self, key: str) -> Extracted:
-        while key not in self._ready:
-            if self._next == len(self._keys):
-                raise KeyError(key)
-            started = time.perf_counter()
-            self._ready[self._keys[self._next]] = next(self._results)
-            self.waited += time.perf_counter() - started
-            self._next += 1
-        return self._ready[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
 
 
 def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:
@@ -497,18 +459,12 @@ def consolidate(
 
     mark = time.perf_counter()
     turns = [turn for session in due for turn in pending[session.path]]
-    extracted: Mapping[str, Extracted]
-    if llm is None:  # rules: the first sessions are written while the workers extract the rest
-        extracted = ExtractedInOrder([t.key for t in turns], _extract_by_rules(turns))
-    else:
-        extracted = dict(zip((t.key for t in turns), extract_turns(llm, turns), strict=True))
+    extracted = dict(zip((t.key for t in turns), extract_turns(llm, turns), strict=True))
     timings["extract"] = time.perf_counter() - mark
 
     written = _write_sessions(
         settings, llm, method, due, pending, extracted, counts, timings, closing, now
     )
-    if isinstance(extracted, ExtractedInOrder):
-        timings["extract"] += extracted.waited
 
     with open_store(settings.db_path) as con:
         counts["sessions_open"] = int(
@@ -549,7 +505,7 @@ def _write_sessions(
     method: str,
     due: list[Session],
     pending: dict[str, list[UserTurn]],
-    extracted: Mapping[str, Extracted],
+    extracted: dict[str, Extracted],
     counts: dict[str, int],
     timings: dict[str, float],
     closing: set[str],
@@ -617,7 +573,7 @@ def _prefetch_window(
     due: list[Session],
     start: int,
     pending: dict[str, list[UserTurn]],
-    extracted: Mapping[str, Extracted],
+    extracted: dict[str, Extracted],
 ) -> int:
     """Look up, in one query each, what the sessions from `start` on would look up one by one:
     their owners' facts and their candidates' cached vectors; returns where the window ends.
