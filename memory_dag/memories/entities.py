@@ -43,7 +43,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import polars as pl
 
@@ -351,8 +351,10 @@ def _iso_from_match(match: re.Match[str]) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=65_536)
 def canonical_name(text: str, type: str) -> str:
-    """The key an entity is registered under, so spelling variants resolve to one entity."""
+    """The key an entity is registered under, so spelling variants resolve to one entity
+    (kept per name: the same names come back in text after text)."""
     cleaned = " ".join(text.split()).strip(" \t.,;:!?\"'“”()[]")
     if type in ("email", "url"):
         return cleaned.lower()
@@ -448,13 +450,9 @@ def _cue_entities(text: str, may: Sequence[bool] | None = None) -> list[EntityMe
 
 
 def _split_run(text: str, match: re.Match[str]) -> list[tuple[int, int]]:
-    """Split a capitalised run at stop words, giving the (start, end) of each remaining piece."""
+    """Split a capitalised run of several words at stop words, giving the (start, end) of each
+    remaining piece (a run of one word: `_one_word_name`)."""
     initial = _sentence_initial(text, match.start())
-    run = match.group(0)
-    if not _HAS_SPACE.search(run):  # one word (most runs: "I", "The"): the loop below, at once
-        word = _strip_possessive(run).lower()
-        stop = word in _ALWAYS_STOP or (initial and word in _SENTENCE_STARTERS)
-        return [] if stop else [match.span()]
     pieces: list[tuple[int, int]] = []
     current: list[tuple[int, int]] = []
     for token in _NON_SPACE_RUN.finditer(text, match.start(), match.end()):
@@ -515,9 +513,45 @@ def _is_word_char(char: str) -> bool:
     return char.isalnum() or char == "_"
 
 
+@functools.lru_cache(maxsize=65_536)
+def _one_word_name(run: str) -> tuple[int, bool] | None:
+    """What a capitalised run of one word gives wherever it stands, worked out once per word
+    (runs are ~11 a text, nearly all one word, and the same words: "I", "It's", "Thanks",
+    "Maria"): None when it is never a name (a stop word, a title); else the length of the name
+    (a possessive trimmed) and whether it is a sentence starter, no name at a sentence's start.
+
+    These are the text-independent steps of `_split_run`, `_clean_name_span` and the title test
+    of `_name_entities`, in their order; the steps that look at the text stay there."""
+    word = _strip_possessive(run).lower()
+    if word in _ALWAYS_STOP:
+        return None
+    starter = word in _SENTENCE_STARTERS
+    length = len(run) - 2 if _POSSESSIVE_END.search(run) else len(run)
+    name = run[:length]
+    if not name or name.lower() in _EDGE_STOP:
+        return None
+    if name.lower().rstrip(".") in _TITLE_WORDS:
+        return None
+    return length, starter
+
+
 def _name_entities(text: str) -> list[EntityMention]:
     found: list[EntityMention] = []
     for match in _NAME_RUN.finditer(text):
+        run = match.group(0)
+        if not _HAS_SPACE.search(run):  # one word (most runs): `_one_word_name` knows it
+            known = _one_word_name(run)
+            if known is None:
+                continue
+            length, starter = known
+            start = match.start()
+            end = start + length
+            initial = _sentence_initial(text, start)
+            if initial and (starter or not _clearly_a_name(text, start, end)):
+                continue
+            confidence = 0.4 if initial else 0.5
+            found.append(_mention(text[start:end], start, "other", confidence, REGEX_PROVIDER))
+            continue
         for piece_start, piece_end in _split_run(text, match):
             span = _clean_name_span(text, piece_start, piece_end)
             if span is None:
@@ -672,7 +706,25 @@ def _types_compatible(a: str, b: str) -> bool:
     return (a == "other" and b in NAME_TYPES) or (b == "other" and a in NAME_TYPES)
 
 
-def resolve(mention: EntityMention, known: Iterable[KnownEntity]) -> KnownEntity | None:
+class NamedEntity(Protocol):
+    """What `resolve` reads of an entity: a `KnownEntity`, or the entity linker's own record
+    (passed as it is: building a `KnownEntity` per candidate per mention cost more than the
+    resolution)."""
+
+    @property
+    def canonical_name(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def aliases(self) -> Sequence[str]: ...
+
+
+Named = TypeVar("Named", bound=NamedEntity)
+
+
+def resolve(mention: EntityMention, known: Iterable[Named]) -> Named | None:
     """The registered entity a mention refers to: canonical name + type first, then an alias.
 
     The alias step compares the mention's raw text and canonical name case-insensitively with

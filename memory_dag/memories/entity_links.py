@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +24,6 @@ import pyarrow as pa
 from memory_dag.memories.entities import (
     NAME_TYPES,
     EntityMention,
-    KnownEntity,
     canonical_name,
     deduplicate_overlaps,
     extract_entities_batch,
@@ -79,6 +78,11 @@ class _Entity:
     new: bool = False
     added: int = 0  # links added in this flush
     dirty: bool = False  # aliases or type changed
+    #: The canonical name and aliases casefolded: is a spelling new? (kept with `aliases`)
+    folded: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.folded = {self.canonical_name.casefold(), *(a.casefold() for a in self.aliases)}
 
 
 class EntityLinker:
@@ -137,11 +141,7 @@ class EntityLinker:
         entities = self._load_entities()
         keys = {mention.canonical.casefold(), mention.text.strip().casefold()}
         candidate_ids = set().union(*(self._entity_names.get(key, set()) for key in keys))
-        candidates = [
-            KnownEntity(e.id, e.canonical_name, e.type, tuple(e.aliases))
-            for e in (entities[i] for i in sorted(candidate_ids))
-        ]
-        known = resolve(mention, candidates)
+        known = resolve(mention, [entities[i] for i in sorted(candidate_ids)])
         if known is None:
             entity = _Entity(
                 "ent_" + uuid.uuid4().hex[:20], mention.canonical, mention.type, [], new=True
@@ -149,7 +149,7 @@ class EntityLinker:
             self._index_entity(entity)
             self._count("entities_created", 1)
         else:
-            entity = entities[known.id]
+            entity = known
             if (
                 entity.type == "other"
                 and mention.type in NAME_TYPES - {"other"}
@@ -162,9 +162,9 @@ class EntityLinker:
                 entity.type = mention.type  # a strong cue told us what the bare name is
                 entity.dirty = True
         alias = " ".join(mention.text.split())
-        known_names = {entity.canonical_name.casefold(), *(a.casefold() for a in entity.aliases)}
-        if alias and alias.casefold() not in known_names:
+        if alias and alias.casefold() not in entity.folded:
             entity.aliases.append(alias)
+            entity.folded.add(alias.casefold())
             entity.dirty = True
             self._entity_names.setdefault(alias.casefold(), set()).add(entity.id)
         return entity
@@ -177,22 +177,23 @@ class EntityLinker:
         the name ("Sam now hates pizza." has no cue that "Sam" is a name)."""
         speaker = self._speakers.get(memory_id)
         found = re.search(rf"\b{re.escape(speaker)}\b", text) if speaker else None
-        if speaker and found:
-            # Every use of the speaker's name is the speaker ("Jon is working on Jon's business"
-            # must not make a project called Jon).
-            name = canonical_name(speaker, "person")
-            mentions = [m for m in mentions if m.canonical != name]
-            mentions.append(
-                EntityMention(
-                    text=speaker,
-                    canonical=name,
-                    type="person",
-                    start=found.start(),
-                    end=found.end(),
-                    confidence=SPEAKER_CONFIDENCE,
-                    provider="speaker",
-                )
+        if not (speaker and found):
+            return mentions  # as the extractor left them: without overlaps already
+        # Every use of the speaker's name is the speaker ("Jon is working on Jon's business"
+        # must not make a project called Jon).
+        name = canonical_name(speaker, "person")
+        mentions = [m for m in mentions if m.canonical != name]
+        mentions.append(
+            EntityMention(
+                text=speaker,
+                canonical=name,
+                type="person",
+                start=found.start(),
+                end=found.end(),
+                confidence=SPEAKER_CONFIDENCE,
+                provider="speaker",
             )
+        )
         return deduplicate_overlaps(mentions)
 
     def _write_links(self, items: list[tuple[str, str]]) -> None:

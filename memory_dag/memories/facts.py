@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from memory_dag.llm import LLMClient, LLMError
 from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT, MAX_FACT_CHARS, FactList
 from memory_dag.memories.reconcile import (
+    NEAR_DUPLICATE_JACCARD,
     dedup_batch,
-    is_near_duplicate,
+    jaccard,
     normalise_text,
     relate,
 )
@@ -85,13 +86,19 @@ def split_sentences(text: str) -> list[str]:
     for line in text.splitlines():
         start = 0
         for match in _BOUNDARY.finditer(line):
-            word = _word_ending_at(line, match.start() + 1).rstrip(".").lower()
-            if match.group(0).startswith(".") and (word in _ABBREVIATIONS or len(word) == 1):
+            if line[match.start()] == "." and _abbreviation_before(line, match.start() + 1):
                 continue
             sentences.append(line[start : match.end()].strip())
             start = match.end()
         sentences.append(line[start:].strip())
     return [sentence for sentence in sentences if sentence]
+
+
+def _abbreviation_before(line: str, end: int) -> bool:
+    """Whether the word ending at `end` (a period's end) is a known abbreviation or an initial:
+    looked at only for periods, as the other boundaries always end a sentence."""
+    word = _word_ending_at(line, end).rstrip(".").lower()
+    return word in _ABBREVIATIONS or len(word) == 1
 
 
 def _word_ending_at(line: str, end: int) -> str:
@@ -302,7 +309,7 @@ def extract_facts_llm(
 
 def _repeats(text: str, stored: list[str]) -> bool:
     """A near-duplicate (Jaccard >= 0.75) of a stored fact that does not change it."""
-    similar = [other for other in stored if is_near_duplicate(text, [other])]
+    similar = [other for other in stored if jaccard(text, other) >= NEAR_DUPLICATE_JACCARD]
     return any(relate(text, other, None)[0] not in ("updates", "contradicts") for other in similar)
 
 

@@ -153,24 +153,49 @@ def jaccard(a: str, b: str) -> float:
     set_a, set_b = _word_set(a), _word_set(b)
     if not set_a and not set_b:
         return 1.0
-    return len(set_a & set_b) / len(set_a | set_b)
+    shared = len(set_a & set_b)
+    return shared / (len(set_a) + len(set_b) - shared)  # the union's size, without building it
 
 
-def is_near_duplicate(text: str, existing_texts: Iterable[str], threshold: float = 0.75) -> bool:
+#: Seed 004: word Jaccard at or above this makes a near-duplicate.
+NEAR_DUPLICATE_JACCARD = 0.75
+
+
+def is_near_duplicate(
+    text: str, existing_texts: Iterable[str], threshold: float = NEAR_DUPLICATE_JACCARD
+) -> bool:
     """True when `text` has word Jaccard >= `threshold` with any existing text (seed 004)."""
     return any(jaccard(text, existing) >= threshold for existing in existing_texts)
 
 
 def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
     """Cosine similarity, or None when a vector is missing or zero."""
+    return _cosine_of(_Unit.of(a), _Unit.of(b))
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A vector as `cosine` reads it (float64, flat) with its norm: made once per vector of a
+    reconciliation, not once per pair it is in."""
+
+    values: np.ndarray
+    norm: np.floating
+
+    @staticmethod
+    def of(vector: np.ndarray | None) -> _Unit | None:
+        if vector is None:
+            return None
+        values = np.asarray(vector, dtype=np.float64).ravel()
+        return _Unit(values, np.linalg.norm(values))
+
+
+def _cosine_of(a: _Unit | None, b: _Unit | None) -> float | None:
     if a is None or b is None:
         return None
-    a = np.asarray(a, dtype=np.float64).ravel()
-    b = np.asarray(b, dtype=np.float64).ravel()
-    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    norm = float(a.norm * b.norm)
     if norm == 0.0:
         return None
-    return float(np.dot(a, b) / norm)
+    return float(np.dot(a.values, b.values) / norm)
 
 
 # --------------------------------------------------------------------------- fact structure
@@ -484,16 +509,17 @@ def reconcile_rules(
     decide on structure and Jaccard alone. Exact duplicates inside the batch are written once.
     """
     memories = _unique_neighbours(neighbours)
+    units = [_Unit.of(memory.vector) for memory in memories]
     decided: dict[str, Decision] = {}
     adds: list[Decision] = []
     for index in _unique_fact_indexes(new_facts):
         fact = new_facts[index]
-        vector = None if new_vectors is None else new_vectors[index]
+        unit = None if new_vectors is None else _Unit.of(new_vectors[index])
         contradicted: list[tuple[ExistingMemory, float | None, str]] = []
         duplicates: list[tuple[ExistingMemory, float, str]] = []
         updates: list[tuple[ExistingMemory, float, str]] = []
-        for memory in memories:
-            cos = cosine(vector, memory.vector)
+        for memory, memory_unit in zip(memories, units, strict=True):
+            cos = _cosine_of(unit, memory_unit)
             relation, why = relate(fact, memory.text, cos, bands)
             similarity = cos if cos is not None else jaccard(fact, memory.text)
             if relation == "contradicts":

@@ -40,11 +40,12 @@ are the three steps of one flow over one `TurnWriter` and its session marks.
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -55,8 +56,9 @@ from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
 from memory_dag.ids import text_hash
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
+from memory_dag.memories.categories import CategoryConfig, load_categories
 from memory_dag.memories.consent import ConsentGate
-from memory_dag.memories.fact_rules import extract_facts_rules
+from memory_dag.memories.fact_rules import extract_facts_rules_batch
 from memory_dag.memories.facts import (
     FactCandidate,
     classify_fact,
@@ -147,6 +149,9 @@ class UserTurn:
         return f"{self.episode_id}:{text_hash(self.content)[:16]}"
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _pending_turns(con: Any, sessions: list[Session]) -> dict[str, list[UserTurn]]:
     """User turns of these sessions that no earlier run examined (live or at close), in order."""
     paths = [s.path for s in sessions]
@@ -160,14 +165,17 @@ def _pending_turns(con: Any, sessions: list[Session]) -> dict[str, list[UserTurn
             [NODE],
         ).fetchall():
             examined.update(json.loads(meta).get("turns", []))
+        # The time as microseconds since the epoch: DuckDB's own conversion of a TIMESTAMPTZ
+        # (a pytz zone per value) cost more than the rest of the query.
         rows = con.execute(
             "SELECT id, turn_id, path, conversation_id, session_id, speaker, source_role, "
-            "content, event_time, user_id FROM memories WHERE kind = 'episode' "
+            "content, epoch_us(event_time), user_id FROM memories WHERE kind = 'episode' "
             "AND source_role = 'user' AND path IN (SELECT value FROM _paths) ORDER BY path, line"
         ).fetchall()
     pending: dict[str, list[UserTurn]] = {path: [] for path in paths}
-    for row in rows:
-        turn = UserTurn(*row)
+    for *head, micros, user_id in rows:
+        said_at = None if micros is None else _EPOCH + timedelta(microseconds=micros)
+        turn = UserTurn(*head, said_at, user_id)
         if turn.key not in examined:
             pending[turn.path].append(turn)
     return pending
@@ -192,7 +200,8 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
     rules, on many turns, in worker processes)."""
     if llm is None:
         said = [(t.content, t.speaker, t.turn_id) for t in turns]
-        return [(found, None, rejected) for found, rejected in process_map(_extract_by_rules, said)]
+        found = process_map(extract_facts_rules_batch, said)
+        return [(candidates, None, rejected) for candidates, rejected in found]
 
     def extract(turn: UserTurn) -> Extracted:
         rejected: list[str] = []
@@ -202,27 +211,16 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
     return llm.map(extract, turns)
 
 
-def _extract_by_rules(
-    said: Sequence[tuple[str, str | None, str]],
-) -> list[tuple[list[FactCandidate], list[str]]]:
-    """Rule extraction of a slice of turns: (candidates, rejected facts) of each."""
-    results = []
-    for text, speaker, turn_id in said:
-        rejected: list[str] = []
-        results.append((extract_facts_rules(text, speaker, turn_id, rejected), rejected))
-    return results
-
-
 def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:
     """Active facts to reconcile against: nearest by cosine plus most word overlap."""
     chosen: dict[int, None] = {}
     for text, vector in zip(texts, vectors, strict=True):
         for position, _ in facts.similar(vector, NEIGHBOURS_BY_VECTOR):
             chosen[position] = None
-        overlap = sorted(
-            ((jaccard(text, other), i) for i, other in enumerate(facts.texts)), reverse=True
+        overlap = heapq.nlargest(  # = sorted(..., reverse=True)[:NEIGHBOURS_BY_WORDS]
+            NEIGHBOURS_BY_WORDS, ((jaccard(text, other), i) for i, other in enumerate(facts.texts))
         )
-        for score, position in overlap[:NEIGHBOURS_BY_WORDS]:
+        for score, position in overlap:
             if score >= MIN_NEIGHBOUR_JACCARD:
                 chosen[position] = None
     return [ExistingMemory(facts.ids[i], facts.texts[i], facts.vectors[i]) for i in chosen]
@@ -248,6 +246,8 @@ class TurnWriter:
         #: Keys of turns whose extraction failed: not examined, so a later run retries them.
         self.failed: list[str] = []
         self.consent = gate or ConsentGate(writer)
+        #: `categories.yaml`, read once for these turns (not once a fact: it stats the file).
+        self.categories = load_categories()
 
     def _count(self, key: str, amount: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + amount
@@ -312,7 +312,7 @@ class TurnWriter:
             decisions,
             self.writer.facts(owner_key(turn.user_id, turn.conversation_id)),
             lambda text, index: fact_memory(
-                turn, text, fresh[index] if index is not None else None
+                turn, text, fresh[index] if index is not None else None, self.categories
             ),
         )
         decisions = held.decisions
@@ -353,7 +353,7 @@ class TurnWriter:
                 self._count("facts_unchanged")
         for decision, text, new_id in writes:
             candidate = fresh[decision.fact_index] if decision.fact_index is not None else None
-            memory = fact_memory(turn, text, candidate)
+            memory = fact_memory(turn, text, candidate, self.categories)
             meta = {**base, "reason": decision.reason, "similarity": decision.similarity}
             if decision.event == "ADD":
                 self.writer.add(memory, memory_id=new_id, meta=meta)
@@ -394,8 +394,14 @@ def write_turns(
     return turn_writer
 
 
-def fact_memory(turn: UserTurn, text: str, candidate: FactCandidate | None) -> NewMemory:
-    """The fact row for `text` said in `turn` (category and importance from the extractor)."""
+def fact_memory(
+    turn: UserTurn,
+    text: str,
+    candidate: FactCandidate | None,
+    categories: CategoryConfig | None = None,
+) -> NewMemory:
+    """The fact row for `text` said in `turn` (category and importance from the extractor;
+    `categories`: the categories file as already loaded)."""
     if candidate is not None and candidate.text == text:
         category, importance = candidate.category, candidate.importance
     else:
@@ -407,7 +413,7 @@ def fact_memory(turn: UserTurn, text: str, candidate: FactCandidate | None) -> N
         session_id=turn.session_id,
         speaker=turn.speaker,
         source_role=turn.role,
-        category=known_category(category),
+        category=known_category(category, categories),
         importance=importance,
         event_time=turn.event_time,
         source_ids=[turn.episode_id],

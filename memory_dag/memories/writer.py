@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from memory_dag.embed.cache import VectorCache
 from memory_dag.embed.providers import EmbeddingProvider
+from memory_dag.memories.categories import CategoryConfig, load_categories
 from memory_dag.memories.entity_links import EntityLinker
 from memory_dag.memories.history import HistoryLog
 from memory_dag.memories.relations import LINK_MIN, LINK_TOP_K, FactSet, related_edges, write_edges
@@ -196,6 +197,8 @@ class MemoryWriter:
         self._pending_edges: list[dict[str, Any]] = []
         self._new_memories: dict[str, dict[str, Any]] = {}  # id -> row, in write order
         self._events: list[dict[str, Any]] = []
+        #: `categories.yaml` as this transaction reads it (loaded once, not once a memory).
+        self._categories: CategoryConfig | None = None
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -213,6 +216,7 @@ class MemoryWriter:
             raise RuntimeError("MemoryWriter transactions do not nest")
         self._con.execute("BEGIN TRANSACTION")
         self._in_transaction = True
+        self._categories = None
         try:
             yield self
             self._flush()
@@ -455,7 +459,9 @@ class MemoryWriter:
     # ----------------------------------------------------------------- internals
 
     def _insert(self, memory_id: str, memory: NewMemory, supersedes: str | None = None) -> None:
-        check_category(memory.category)
+        if self._categories is None:
+            self._categories = load_categories()
+        check_category(memory.category, self._categories)
         self._new_memories[memory_id] = {
             "id": memory_id,
             "kind": memory.kind,
