@@ -201,6 +201,14 @@ class MemoryWriter:
         self._categories: CategoryConfig | None = None
 
     @property
+    def categories(self) -> CategoryConfig:
+        """`categories.yaml` as this transaction reads it: loaded once (each load stats the
+        file), not once a memory or a fact."""
+        if self._categories is None:
+            self._categories = load_categories()
+        return self._categories
+
+    @property
     def con(self) -> duckdb.DuckDBPyConnection:
         """The connection, with the memories written so far in it (buffered ones are flushed)."""
         self._flush_memories()
@@ -459,9 +467,7 @@ class MemoryWriter:
     # ----------------------------------------------------------------- internals
 
     def _insert(self, memory_id: str, memory: NewMemory, supersedes: str | None = None) -> None:
-        if self._categories is None:
-            self._categories = load_categories()
-        check_category(memory.category, self._categories)
+        check_category(memory.category, self.categories)
         self._new_memories[memory_id] = {
             "id": memory_id,
             "kind": memory.kind,

@@ -790,10 +790,11 @@ def _tfidf(words: Sequence[Sequence[str]]) -> np.ndarray:
     sublinear = [0.0] + [1.0 + math.log(n) for n in range(1, 1 + int(counts.max(initial=0)))]
     # The sentences each word is in: one (sentence, word) pair each. Weights are set on the
     # pairs only; the rest of the matrix stays zero, as zero times the weight would leave it.
-    document_frequency = np.bincount(pairs % max(1, len(vocabulary)), minlength=len(vocabulary))
+    pair_words = pairs % max(1, len(vocabulary))
+    document_frequency = np.bincount(pair_words, minlength=len(vocabulary))
     weights = np.log((1 + len(words)) / (1 + document_frequency)) + 1.0
     matrix = np.zeros((len(words), len(vocabulary)))
-    matrix.flat[pairs] = np.asarray(sublinear)[counts] * weights[pairs % max(1, len(vocabulary))]
+    matrix.flat[pairs] = np.asarray(sublinear)[counts] * weights[pair_words]
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
