@@ -56,7 +56,7 @@ from memory_dag.config import Settings
 from memory_dag.embed.providers import get_provider
 from memory_dag.ids import text_hash
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
-from memory_dag.memories.categories import CategoryConfig
+from memory_dag.memories.categories import CategoryConfig, load_categories
 from memory_dag.memories.consent import ConsentGate
 from memory_dag.memories.fact_rules import extract_facts_rules_batch
 from memory_dag.memories.facts import (
@@ -246,6 +246,8 @@ class TurnWriter:
         #: Keys of turns whose extraction failed: not examined, so a later run retries them.
         self.failed: list[str] = []
         self.consent = gate or ConsentGate(writer)
+        #: `categories.yaml`, read once for these turns (not once a fact: it stats the file).
+        self.categories = load_categories()
 
     def _count(self, key: str, amount: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + amount
@@ -310,7 +312,7 @@ class TurnWriter:
             decisions,
             self.writer.facts(owner_key(turn.user_id, turn.conversation_id)),
             lambda text, index: fact_memory(
-                turn, text, fresh[index] if index is not None else None, self.writer.categories
+                turn, text, fresh[index] if index is not None else None, self.categories
             ),
         )
         decisions = held.decisions
@@ -351,7 +353,7 @@ class TurnWriter:
                 self._count("facts_unchanged")
         for decision, text, new_id in writes:
             candidate = fresh[decision.fact_index] if decision.fact_index is not None else None
-            memory = fact_memory(turn, text, candidate, self.writer.categories)
+            memory = fact_memory(turn, text, candidate, self.categories)
             meta = {**base, "reason": decision.reason, "similarity": decision.similarity}
             if decision.event == "ADD":
                 self.writer.add(memory, memory_id=new_id, meta=meta)
