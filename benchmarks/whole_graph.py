@@ -349,6 +349,9 @@ def summarize(size: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any
             }
             row["orchestration_s"] = median([r["cold"]["orchestration"] for r in records])
             row["again_run_s"] = median([r["again"]["steps"].get("(run)", 0) for r in records])
+            row["again_instance"] = (
+                records[-1]["again"]["result"]["stages"].get("workspace_files", {}).get("instance")
+            )
             row["one_session_recomputed"] = records[-1]["one_session"]["result"]["stages"]
             row["peak_step"] = records[-1]["cold"]["peak_step"]
         out["systems"][system] = row
@@ -404,7 +407,12 @@ def print_size(summary: dict[str, Any]) -> None:
             + (
                 f"{base['again_run_s']:.2f} s of it the run"
                 if base["again_run_s"]
-                else "no run launched: the finding is a runless observation in the instance"
+                else "no run launched; the finding was "
+                + (
+                    "already in the instance: Dagster not loaded"
+                    if base.get("again_instance") == "already recorded"
+                    else "recorded as a runless observation in the instance"
+                )
             )
             + "); "
             f"peak RSS {base['rss_gb']:.2f} GB, during {base['peak_step']}"

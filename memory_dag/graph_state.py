@@ -56,6 +56,8 @@ class Due:
     """What a run has to do; empty `reasons` means nothing."""
 
     reasons: list[str] = field(default_factory=list)
+    #: The settled record as stored (`SETTLED_KEY`'s raw value; "" when never settled).
+    settled: str = ""
 
     def __bool__(self) -> bool:
         return bool(self.reasons)
@@ -94,6 +96,7 @@ def work_due(settings: Settings, *, force: bool = False) -> Due:
         raw = get_meta(con, SETTLED_KEY)
         version = store_version(con, settings)
         folded = int(get_meta(con, JOURNAL_SEQ_KEY) or 0)
+    due.settled = raw or ""
     settled = json.loads(raw) if raw else {}
     if not settled:
         due.reasons.append("the graph never settled on this store")
@@ -104,6 +107,12 @@ def work_due(settings: Settings, *, force: bool = False) -> Due:
     if Journal(settings.workspace).last_seq() > folded:
         due.reasons.append("live writes wait in the journal")
     return due
+
+
+def settled_record(settings: Settings) -> str:
+    """The settled record as stored ("" when the graph never settled on this store)."""
+    with open_store(settings.db_path, read_only=True) as con:
+        return get_meta(con, SETTLED_KEY) or ""
 
 
 def settle_token(settings: Settings) -> str:

@@ -95,40 +95,48 @@ def _dagster_instance():  # -> dagster.DagsterInstance
     """The instance `memory-dag ui` uses (so CLI runs show in the UI), else an ephemeral one."""
     import dagster as dg
 
+    from memory_dag.cli.instance_findings import instance_home
+
+    home = instance_home(REPO_ROOT)
+    if home is None:
+        return dg.DagsterInstance.ephemeral()
     if os.environ.get("DAGSTER_HOME"):
         return dg.DagsterInstance.get()
-    home = REPO_ROOT / "data" / "dagster_home"
-    if (home / "dagster.yaml").exists():
-        from dagster._core.instance.ref import InstanceRef
+    from dagster._core.instance.ref import InstanceRef
 
-        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
-    return dg.DagsterInstance.ephemeral()
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
 
 
 def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
     """`_ingest_with_dagster` after freeing what dead CLI runs held, stoppable by a signal.
 
-    What is due is decided before the asset modules are imported, while Dagster itself (~2 s
-    of imports and the instance) loads in a thread: a store with nothing due launches no run
-    (`_record_nothing_due`), and the answer costs little more than Dagster's start-up."""
+    What is due is decided before the asset modules are imported. When files changed, Dagster
+    itself (~1 s of imports and the instance) loads in a thread meanwhile. A store with nothing
+    due launches no run (`_record_nothing_due`), and when the instance already holds that
+    finding (`instance_findings`) the command does not load Dagster at all."""
     from memory_dag.cli.dagster_runs import (
         fail_own_runs,
         free_dead_runs,
         run_in_worker,
         start_in_background,
     )
-    from memory_dag.graph_state import work_due
+    from memory_dag.cli.instance_findings import InstanceFindings, instance_home
+    from memory_dag.graph_state import Due, settled_record, work_due
     from memory_dag.store.connection import open_store
     from memory_dag.summaries.due import workspace_due
 
     with open_store(settings.db_path):  # a held lock is one clear error, before any run starts
         pass
-    loaded_instance = start_in_background(_dagster_instance)
+    findings = InstanceFindings(instance_home(REPO_ROOT), settings.db_path)
     started = time.perf_counter()
     conversations, changes = workspace_due(settings)
-    due = force or conversations or changes.any or changes.touched or work_due(settings)
+    files_due = force or bool(conversations) or changes.any or bool(changes.touched)
+    loaded_instance = start_in_background(_dagster_instance) if files_due else None
+    due = Due(reasons=["files changed"]) if files_due else work_due(settings)
     decided = time.perf_counter() - started
-    instance = loaded_instance()
+    if not due and findings.knows(due.settled):
+        return _record_nothing_due(None, changes, decided)
+    instance = (loaded_instance or _dagster_instance)()
     freed = free_dead_runs(instance)
     if freed and progress:
         print(
@@ -137,9 +145,12 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
             file=sys.stderr,
         )
     if not due:
-        return _record_nothing_due(instance, changes, decided)
+        stages = _record_nothing_due(instance, changes, decided)
+        findings.remember(due.settled)
+        return stages
+    findings.forget()  # until this run ends well: a run that dies sends the next check here
     try:
-        return run_in_worker(
+        stages = run_in_worker(
             lambda: _ingest_with_dagster(
                 settings, instance, conversations, force=force, progress=progress
             )
@@ -149,6 +160,8 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
         name = stop.signal_name if isinstance(stop, Interrupted) else "SIGINT"
         fail_own_runs(instance, f"stopped by {name}")
         exit_now(name)
+    findings.remember(settled_record(settings))
+    return stages
 
 
 def _ingest_with_dagster(
@@ -214,13 +227,13 @@ def _ingest_with_dagster(
     return stages
 
 
-def _record_nothing_due(instance: Any, changes: WorkspaceChanges, seconds: float) -> dict[str, Any]:
+def _record_nothing_due(
+    instance: Any | None, changes: WorkspaceChanges, seconds: float
+) -> dict[str, Any]:
     """Nothing changed since the graph settled: no run is launched, as a sensor that finds
-    nothing skips its tick. The finding goes to the instance as a runless observation of
-    `workspace_files` (shown on the asset's page in the UI); a run costs a second or more of
-    Dagster's own bookkeeping (a SQLite event database per run, ~15 events) to do nothing."""
-    import dagster as dg
-
+    nothing skips its tick. The finding goes to `instance` as a runless observation of
+    `workspace_files` (shown on the asset's page in the UI); None: the instance already holds
+    it. A run would cost a second or more of Dagster's own bookkeeping to do nothing."""
     from memory_dag.graph_state import NOTHING_DUE
 
     metadata = {
@@ -229,9 +242,13 @@ def _record_nothing_due(instance: Any, changes: WorkspaceChanges, seconds: float
         "notes": NOTHING_DUE,
         "seconds": round(seconds, 3),  # the scan and the store's version that decided it
     }
-    observation = dg.AssetObservation(asset_key=dg.AssetKey("workspace_files"), metadata=metadata)
-    instance.report_runless_asset_event(observation)
-    return {"workspace_files": {**metadata, "skipped": True}}
+    if instance is not None:
+        import dagster as dg
+
+        key = dg.AssetKey("workspace_files")
+        instance.report_runless_asset_event(dg.AssetObservation(asset_key=key, metadata=metadata))
+    recorded = "recorded" if instance is not None else "already recorded"
+    return {"workspace_files": {**metadata, "skipped": True, "instance": recorded}}
 
 
 def _metadata_value(value: Any) -> Any:

@@ -16,6 +16,7 @@ import pytest
 from assets.checks import INGEST_CHECKS
 from assets.ingest import INGEST_ASSETS
 from memory_dag import Memory
+from memory_dag.cli.instance_findings import FINDINGS_FILE
 from memory_dag.config import Settings
 from memory_dag.definitions import defs
 from memory_dag.graph_state import NOTHING_DUE, work_due
@@ -198,10 +199,12 @@ def test_memory_dag_ingest_launches_no_run_when_nothing_is_due(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The CLI's own scan finds nothing due: no run is launched (as a sensor skips its tick),
-    the finding is a runless observation of `workspace_files` in the instance; a touched file
-    (same bytes, new mtime) brings a files-only run that records its new stat; a new file
-    afterwards goes through every stage again."""
+    """The CLI's own scan finds nothing due: no run is launched (as a sensor skips its tick);
+    the run that settled the store already told the instance, so Dagster is not loaded. A
+    store that settled without the CLI knowing (the note gone) gets its finding recorded once,
+    as a runless observation of `workspace_files`. A touched file (same bytes, new mtime) brings
+    a files-only run that records its new stat; a new file afterwards goes through every stage
+    again."""
     import json
     import os
     import shutil
@@ -231,14 +234,23 @@ def test_memory_dag_ingest_launches_no_run_when_nothing_is_due(
     assert NOTHING_DUE in again["stages"]["workspace_files"]["notes"]
     assert again["stages"]["workspace_files"]["files"] > 0
     assert again["stages"]["workspace_files"]["seconds"] >= 0
+    assert again["stages"]["workspace_files"]["instance"] == "already recorded"
     assert store_tables(settings.db_path) == tables
-    with dg.DagsterInstance.get() as instance:
-        assert len(instance.get_runs()) == runs_before
-        observations = instance.fetch_observations(dg.AssetKey("workspace_files"), limit=1).records
-        assert observations
-        observed = observations[0].asset_observation.metadata
-        assert observed["notes"].value == NOTHING_DUE
-        assert observations[0].run_id == ""  # runless
+
+    def observations() -> list:
+        with dg.DagsterInstance.get() as instance:
+            assert len(instance.get_runs()) == runs_before
+            key = dg.AssetKey("workspace_files")
+            return instance.fetch_observations(key, limit=10).records
+
+    assert observations() == []  # the run's materializations are the instance's record
+    (home / FINDINGS_FILE).unlink()  # as if a run from the UI had settled the store
+    assert ingest()["stages"]["workspace_files"]["instance"] == "recorded"
+    [observation] = observations()
+    assert observation.asset_observation.metadata["notes"].value == NOTHING_DUE
+    assert observation.run_id == ""  # runless
+    assert ingest()["stages"]["workspace_files"]["instance"] == "already recorded"
+    assert len(observations()) == 1
 
     touched = next((settings.workspace / "sessions").rglob("*.jsonl"))
     os.utime(touched, (touched.stat().st_atime, touched.stat().st_mtime - 10))
