@@ -110,8 +110,8 @@ def _dagster_instance():  # -> dagster.DagsterInstance
 def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> dict[str, Any]:
     """`_ingest_with_dagster` after freeing what dead CLI runs held, stoppable by a signal.
 
-    What is due is decided before the asset modules are imported. When files changed, Dagster
-    itself (~1 s of imports and the instance) loads in a thread meanwhile. A store with nothing
+    What is due is decided before the asset modules are imported, while Dagster itself (~1 s of
+    imports and the instance) loads in a thread when it will be needed. A store with nothing
     due launches no run (`_record_nothing_due`), and when the instance already holds that
     finding (`instance_findings`) the command does not load Dagster at all."""
     from memory_dag.cli.dagster_runs import (
@@ -121,17 +121,21 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
         start_in_background,
     )
     from memory_dag.cli.instance_findings import InstanceFindings, instance_home
-    from memory_dag.graph_state import Due, settled_record, work_due
-    from memory_dag.store.connection import open_store
+    from memory_dag.graph_state import SETTLED_KEY, Due, settled_record, work_due
+    from memory_dag.store.connection import get_meta, open_store
     from memory_dag.summaries.due import workspace_due
 
-    with open_store(settings.db_path):  # a held lock is one clear error, before any run starts
-        pass
+    with open_store(settings.db_path) as con:  # a held lock is one clear error, before any run
+        settled = get_meta(con, SETTLED_KEY) or ""
     findings = InstanceFindings(instance_home(REPO_ROOT), settings.db_path)
+    # Dagster will be needed (for a run or to record a finding) unless the instance knows this
+    # settled store and nothing changed: load it meanwhile, except in that likely case.
+    loaded_instance = None if findings.knows(settled) else start_in_background(_dagster_instance)
     started = time.perf_counter()
     conversations, changes = workspace_due(settings)
     files_due = force or bool(conversations) or changes.any or bool(changes.touched)
-    loaded_instance = start_in_background(_dagster_instance) if files_due else None
+    if files_due and loaded_instance is None:
+        loaded_instance = start_in_background(_dagster_instance)
     due = Due(reasons=["files changed"]) if files_due else work_due(settings)
     decided = time.perf_counter() - started
     if not due and findings.knows(due.settled):
