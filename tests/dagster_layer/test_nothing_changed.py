@@ -15,6 +15,7 @@ import pytest
 
 from assets.checks import INGEST_CHECKS
 from assets.ingest import INGEST_ASSETS
+from assets.summaries import conversations as PARTITIONS
 from memory_dag import Memory
 from memory_dag.cli.instance_findings import FINDINGS_FILE
 from memory_dag.config import Settings
@@ -228,6 +229,19 @@ def test_memory_dag_ingest_launches_no_run_when_nothing_is_due(
     tables = store_tables(settings.db_path)
     with dg.DagsterInstance.get() as instance:
         runs_before = len(instance.get_runs())
+        # One "planned" event for the summaries of every conversation, not one a partition.
+        planned = instance.get_records_for_run(
+            instance.get_runs()[0].run_id,
+            of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+        ).records
+        [summaries] = [
+            r.event_log_entry.dagster_event.asset_materialization_planned_data
+            for r in planned
+            if r.event_log_entry.dagster_event.asset_key == dg.AssetKey("conversation_summaries")
+        ]
+        conversations = set(instance.get_dynamic_partitions(PARTITIONS.name))
+        assert {"conv-a", "conv-b"} <= conversations
+        assert set(summaries.partitions_subset.get_partition_keys()) == conversations
     again = ingest()
 
     assert set(again["stages"]) == {"workspace_files"}
