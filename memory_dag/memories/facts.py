@@ -35,7 +35,7 @@ from memory_dag.memories.prompts import FACT_SYSTEM_PROMPT, MAX_FACT_CHARS, Fact
 from memory_dag.memories.reconcile import (
     NEAR_DUPLICATE_JACCARD,
     dedup_batch,
-    jaccard,
+    jaccard_to_each,
     normalise_text,
     relate,
 )
@@ -309,7 +309,12 @@ def extract_facts_llm(
 
 def _repeats(text: str, stored: list[str]) -> bool:
     """A near-duplicate (Jaccard >= 0.75) of a stored fact that does not change it."""
-    similar = [other for other in stored if jaccard(text, other) >= NEAR_DUPLICATE_JACCARD]
+    scores = jaccard_to_each(text, stored)
+    similar = [
+        other
+        for other, score in zip(stored, scores, strict=True)
+        if score >= NEAR_DUPLICATE_JACCARD
+    ]
     return any(relate(text, other, None)[0] not in ("updates", "contradicts") for other in similar)
 
 

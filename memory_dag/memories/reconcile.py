@@ -66,7 +66,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -130,6 +130,13 @@ def normalise_text(text: str) -> str:
     return " ".join(tokens(text))
 
 
+@functools.lru_cache(maxsize=65_536)
+def _normalised(text: str) -> str:
+    """`normalise_text`, kept per text: `relate` compares a stored fact with each new fact of
+    its owner."""
+    return normalise_text(text)
+
+
 def dedup_batch(texts: list[str]) -> list[str]:
     """`texts` without exact duplicates (after normalisation); first occurrence kept, in order."""
     seen: set[str] = set()
@@ -155,6 +162,22 @@ def jaccard(a: str, b: str) -> float:
         return 1.0
     shared = len(set_a & set_b)
     return shared / (len(set_a) + len(set_b) - shared)  # the union's size, without building it
+
+
+def jaccard_to_each(text: str, others: Sequence[str]) -> list[float]:
+    """`jaccard(text, other)` for each of `others`, with `text`'s words looked up once (a new
+    fact is compared with every active fact of its owner)."""
+    words = _word_set(text)
+    size = len(words)
+    scores = []
+    for other in others:
+        other_words = _word_set(other)
+        if not size and not other_words:
+            scores.append(1.0)
+            continue
+        shared = len(words & other_words)
+        scores.append(shared / (size + len(other_words) - shared))
+    return scores
 
 
 #: Seed 004: word Jaccard at or above this makes a near-duplicate.
@@ -186,7 +209,9 @@ class _Unit:
         if vector is None:
             return None
         values = np.asarray(vector, dtype=np.float64).ravel()
-        return _Unit(values, np.linalg.norm(values))
+        # What np.linalg.norm computes for a flat real vector, without its argument checks
+        # (a reconciliation makes one per neighbour).
+        return _Unit(values, np.sqrt(values.dot(values)))
 
 
 def _cosine_of(a: _Unit | None, b: _Unit | None) -> float | None:
@@ -376,8 +401,10 @@ def parse_fact(text: str) -> FactParts | None:
     return None
 
 
+@functools.lru_cache(maxsize=65_536)
 def _subject_of(text: str) -> str | None:
-    """The leading subject of a fact ("the user", "caroline"), for the band-based UPDATE."""
+    """The leading subject of a fact ("the user", "caroline"), for the band-based UPDATE (kept
+    per text, as `parse_fact`)."""
     match = re.match(_SUBJECT + r"(?='s\b|\s)", _clean_fact(text))
     return match.group("subj").lower() if match else None
 
@@ -427,14 +454,23 @@ def _new_count(new: frozenset[str], old: frozenset[str]) -> bool:
     return bool(new_thing) and new_thing == old_thing and bool(new_counts) and bool(old_counts)
 
 
+#: The negation words that make a text negated ("does", "now" only go with them).
+_NEGATING_WORDS = _NEGATION_WORDS - {"does", "do", "did", "now"}
+
+
 def _negation_only_difference(a: str, b: str) -> bool:
     """True when two texts differ only by negation words and one of them is negated."""
-    tokens_a, tokens_b = set(tokens(a)), set(tokens(b))
-    negated_a = bool(tokens_a & (_NEGATION_WORDS - {"does", "do", "did", "now"}))
-    negated_b = bool(tokens_b & (_NEGATION_WORDS - {"does", "do", "did", "now"}))
-    core_a = {_stem(t) for t in tokens_a - _NEGATION_WORDS}
-    core_b = {_stem(t) for t in tokens_b - _NEGATION_WORDS}
+    negated_a, core_a = _negation_parts(a)
+    negated_b, core_b = _negation_parts(b)
     return bool(core_a) and core_a == core_b and negated_a != negated_b
+
+
+@functools.lru_cache(maxsize=65_536)
+def _negation_parts(text: str) -> tuple[bool, frozenset[str]]:
+    """Whether `text` is negated, and its stemmed words without negation words (kept per text:
+    a stored fact is compared with each new fact of its owner)."""
+    words = set(tokens(text))
+    return bool(words & _NEGATING_WORDS), frozenset(_stem(t) for t in words - _NEGATION_WORDS)
 
 
 def relate(
@@ -444,7 +480,7 @@ def relate(
     bands: SimilarityBands = SimilarityBands(),
 ) -> tuple[Relation, str]:
     """How a new fact relates to one existing memory, with a short reason (see module doc)."""
-    if normalise_text(new_text) == normalise_text(old_text):
+    if _normalised(new_text) == _normalised(old_text):
         return "duplicate", "same text"
     new_parts, old_parts = parse_fact(new_text), parse_fact(old_text)
     if new_parts is not None and old_parts is not None:

@@ -70,7 +70,7 @@ from memory_dag.memories.fold import fold_journal
 from memory_dag.memories.reconcile import (
     Decision,
     ExistingMemory,
-    jaccard,
+    jaccard_to_each,
     reconcile_llm,
     reconcile_rules,
 )
@@ -217,8 +217,9 @@ def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[Existi
     for text, vector in zip(texts, vectors, strict=True):
         for position, _ in facts.similar(vector, NEIGHBOURS_BY_VECTOR):
             chosen[position] = None
+        scores = jaccard_to_each(text, facts.texts)
         overlap = heapq.nlargest(  # = sorted(..., reverse=True)[:NEIGHBOURS_BY_WORDS]
-            NEIGHBOURS_BY_WORDS, ((jaccard(text, other), i) for i, other in enumerate(facts.texts))
+            NEIGHBOURS_BY_WORDS, zip(scores, range(len(scores)), strict=True)
         )
         for score, position in overlap:
             if score >= MIN_NEIGHBOUR_JACCARD:
@@ -236,6 +237,7 @@ class TurnWriter:
         method: str,
         counts: dict[str, int],
         gate: ConsentGate | None = None,
+        categories: CategoryConfig | None = None,
     ) -> None:
         self.writer = writer
         self.llm = llm
@@ -246,8 +248,9 @@ class TurnWriter:
         #: Keys of turns whose extraction failed: not examined, so a later run retries them.
         self.failed: list[str] = []
         self.consent = gate or ConsentGate(writer)
-        #: `categories.yaml`, read once for these turns (not once a fact: it stats the file).
-        self.categories = load_categories()
+        #: `categories.yaml`, read once for these turns (not once a fact: it stats the file);
+        #: a consolidation passes the copy its batch of sessions read.
+        self.categories = categories if categories is not None else load_categories()
 
     def _count(self, key: str, amount: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + amount
@@ -274,7 +277,7 @@ class TurnWriter:
                 meta={"kind": error.kind, "path": turn.path, "turn_id": turn.turn_id},
             )
         facts = self.writer.facts(owner_key(turn.user_id, turn.conversation_id))
-        fresh = select_for_write(candidates, facts.texts)
+        fresh = select_for_write(candidates, facts.texts) if candidates else []
         self._count("facts_unchanged", len(candidates) - len(fresh))
         if not fresh:
             return
@@ -373,6 +376,7 @@ def write_turns(
     extracted: Mapping[str, Extracted] | None = None,
     counts: dict[str, int] | None = None,
     gate: ConsentGate | None = None,
+    categories: CategoryConfig | None = None,
 ) -> TurnWriter:
     """Examine user turns in order and write their facts, inside `writer`'s open transaction.
 
@@ -381,12 +385,14 @@ def write_turns(
     checked (seed 003 §9), deduplicated and reconciled against the same owner's facts, and
     written with history and change log. Returns the `TurnWriter`: `.written` (new fact ids),
     `.failed` (turns whose extraction failed), `.timings`. `writer` may be a `MemoryWriter` or
-    a `live_writer.LiveWriter` (then `gate` is its `LiveConsentGate`).
+    a `live_writer.LiveWriter` (then `gate` is its `LiveConsentGate`). `categories`: the
+    categories file as the caller already loaded it (else it is read here).
     """
     if extracted is None:
         extracted = dict(zip((t.key for t in turns), extract_turns(llm, list(turns)), strict=True))
     method = "llm" if llm is not None else "rules"
-    turn_writer = TurnWriter(writer, llm, method, counts if counts is not None else {}, gate)
+    counts = counts if counts is not None else {}
+    turn_writer = TurnWriter(writer, llm, method, counts, gate, categories)
     # One embedding call for the whole batch instead of one per turn.
     writer.embed([c.text for t in turns for c in extracted[t.key][0]])
     for turn in turns:
@@ -527,6 +533,10 @@ def _write_sessions(
             writer = MemoryWriter(con, provider, actor=ACTOR, now=now)
             opened = time.monotonic()
             with writer.transaction():
+                # The categories file once a batch (the writer's, read once a transaction),
+                # not twice a session: each read stats the file.
+                categories = writer.categories
+                gate = ConsentGate(writer, categories.consent)
                 prefetched = position  # due[position:prefetched] are looked up already
                 marks: list[dict[str, Any]] = []
                 while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
@@ -538,7 +548,13 @@ def _write_sessions(
                         progress.advance()
                         continue  # a live session with nothing new
                     session_writer = write_turns(
-                        writer, turns, llm=llm, extracted=extracted, counts=counts
+                        writer,
+                        turns,
+                        llm=llm,
+                        extracted=extracted,
+                        counts=counts,
+                        gate=gate,
+                        categories=categories,
                     )
                     closed = session.path in closing
                     marks.append(

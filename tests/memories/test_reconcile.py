@@ -18,6 +18,7 @@ from memory_dag.memories.reconcile import (
     dedup_batch,
     is_near_duplicate,
     jaccard,
+    jaccard_to_each,
     reconcile_llm,
     reconcile_rules,
 )
@@ -100,6 +101,13 @@ def test_low_similarity_is_add_and_the_neighbour_untouched() -> None:
 def test_update_band_needs_the_same_subject() -> None:
     other = "Melanie went hiking in the mountains with Mel."
     assert [d.event for d in decide_one(other, HIKE_OLD, 0.85)] == ["NONE", "ADD"]
+
+
+def test_jaccard_to_each_is_jaccard_with_each() -> None:
+    others = ["the user hates PIZZA", "", "pizza pizza", "Sam lives in Paris.", "the user"]
+    for text in ("The user loves pizza.", "", "pizza"):
+        assert jaccard_to_each(text, others) == [jaccard(text, other) for other in others]
+    assert jaccard_to_each("pizza", []) == []
 
 
 def test_jaccard_duplicate_without_vectors() -> None:
