@@ -23,7 +23,7 @@ import pyarrow as pa
 from memory_dag.config import Settings
 from memory_dag.read.access_log import access_log_dir, apply_access_log
 from memory_dag.reports import StageReport, StageTimer
-from memory_dag.store.connection import connect, open_store
+from memory_dag.store.connection import open_store
 from memory_dag.store.shards import (
     all_shard_settings,
     read_routes,
@@ -249,11 +249,8 @@ def reshard(settings: Settings, to: int, *, now: datetime | None = None) -> Stag
         )
         new = all_shard_settings(staged_base, to)
         for shard, shard_settings_ in enumerate(new):
-            target = connect(shard_settings_.db_path)
-            try:
+            with open_store(shard_settings_.db_path) as target:
                 _copy_shard(target, shard, to, sources, routes)
-            finally:
-                target.close()
 
         before, after = row_digests(sources), row_digests([Path(s.db_path) for s in new])
         lost = {t: len(before[t] - after[t]) for t in before if before[t] - after[t]}
