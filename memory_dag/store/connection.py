@@ -182,13 +182,17 @@ def connect(
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
-    # DuckDB would take up to 80% of the machine's memory before spilling to disk.
-    con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
-    cores = pinned_cores()
-    if cores is not None:
-        con.execute(f"SET threads = {cores}")
-    if not read_only:
-        migrate(con)
+    try:
+        # DuckDB would take up to 80% of the machine's memory before spilling to disk.
+        con.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+        cores = pinned_cores()
+        if cores is not None:
+            con.execute(f"SET threads = {cores}")
+        if not read_only:
+            migrate(con)
+    except BaseException:  # a refused store (a newer schema) must not keep the hub and its lock
+        close_store(con)
+        raise
     return con
 
 
