@@ -137,7 +137,8 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
     findings = InstanceFindings(instance_home(REPO_ROOT), settings.db_path)
     # Dagster will be needed (for a run or to record a finding) unless the instance knows this
     # settled store and nothing changed: load it meanwhile, except in that likely case.
-    loaded_instance = None if findings.knows(settled) else start_in_background(_dagster_instance)
+    instance_knows = findings.knows(settled)
+    loaded_instance = None if instance_knows else start_in_background(_dagster_instance)
     started = time.perf_counter()
     conversations, changes = workspace_due(settings)
     files_due = force or bool(conversations) or changes.any or bool(changes.touched)
@@ -145,7 +146,7 @@ def _ingest_supervised(settings: Settings, *, force: bool, progress: bool) -> di
         loaded_instance = start_in_background(_dagster_instance)
     due = Due(reasons=["files changed"]) if files_due else work_due(settings)
     decided = time.perf_counter() - started
-    if not due and findings.knows(due.settled):
+    if not due and instance_knows and due.settled == settled:  # the store as it was read above
         return _record_nothing_due(None, changes, decided)
     instance = (loaded_instance or _dagster_instance)()
     freed = free_dead_runs(instance)
