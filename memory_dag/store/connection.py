@@ -108,8 +108,11 @@ _hub_of: dict[int, Path] = {}
 
 
 def _attach(path: Path) -> duckdb.DuckDBPyConnection:
-    """A new instance with the store at `path` attached as its default database."""
-    instance = duckdb.connect()
+    """A new instance with the store at `path` attached as its default database.
+
+    It spills where a plain `duckdb.connect(path)` would (`<store>.tmp/`): an in-memory
+    instance's default is `.tmp` in the current directory, wherever the command was started."""
+    instance = duckdb.connect(config={"temp_directory": f"{path}.tmp"})
     try:
         literal = "'" + str(path).replace("'", "''") + "'"  # a path, quoted as a SQL string
         instance.execute(f"ATTACH {literal} AS store (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")

@@ -82,3 +82,25 @@ def test_a_refused_store_leaves_no_hub_behind(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="newer"):
         connect(db)
     assert _hubs == {}
+
+
+def test_a_writer_spills_beside_the_store_not_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub is an in-memory instance, whose own default spill folder is `./.tmp`: a large
+    query would leave files wherever the command was started (or fail where that is read-only)."""
+    db = tmp_path / "store" / "m.duckdb"
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with open_store(db) as con:
+        con.execute("SET memory_limit = '100MB'")
+        con.execute("SET threads = 1")
+        con.execute(
+            "CREATE TABLE big AS SELECT range AS n, md5(range::VARCHAR) AS h FROM range(2000000)"
+        )
+        spilled = con.execute("SELECT n FROM big ORDER BY h LIMIT 1 OFFSET 1999999").fetchall()
+        assert len(spilled) == 1
+        assert con.execute("SELECT current_setting('temp_directory')").fetchone()[0] == f"{db}.tmp"
+        assert Path(f"{db}.tmp").is_dir()  # the table and the sort did not fit in 100 MB
+    assert not (elsewhere / ".tmp").exists()
