@@ -339,6 +339,30 @@ def test_word_cache_overflow_keeps_counts_exact(
     assert set(bag._word_cache) == {"the", "dog", "ran", "far", "cat", "and", "bird"}
 
 
+def test_threads_of_one_call_give_the_vectors_one_thread_gives(
+    wordllama: WordLlamaProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big call is counted in slices (`SLICE_TEXTS`) by a thread a core, which fill one word
+    cache (here overflowing it while they run): the same vectors bit for bit as one thread, so
+    a store's vectors do not depend on the cores of the machine that embedded them."""
+    import memory_dag.embed.bag_of_tokens as bag_of_tokens
+
+    wl, _ = wordllama._load()
+    monkeypatch.setattr(bag_of_tokens, "SLICE_TEXTS", 300)
+    monkeypatch.setattr(bag_of_tokens, "WORD_CACHE_SIZE", 50)
+    corpus = TRICKY_TEXTS * 10 + [f"turn {i}: word{i} and word{i % 13} again" for i in range(800)]
+    threaded = BagOfTokens(wl.tokenizer, wl.embedding.shape[0], threads=3)
+    alone = BagOfTokens(wl.tokenizer, wl.embedding.shape[0], threads=1)
+
+    expected = alone.token_sums(corpus, wl.embedding)
+    for _ in range(3):
+        np.testing.assert_array_equal(threaded.token_sums(corpus, wl.embedding), expected)
+    assert threaded._pool is not None  # the slices did go to threads
+    np.testing.assert_allclose(
+        l2_normalise(expected), l2_normalise(wl.embed(corpus)), rtol=0, atol=1e-6
+    )
+
+
 def test_word_split_is_refused_for_other_tokenizers() -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
