@@ -39,5 +39,6 @@ def workspace_due(settings: Settings) -> tuple[list[str], WorkspaceChanges]:
         previous,
         debounce_seconds=0,
         extra_roots=settings.workspace_extra_roots,
+        hash_new=False,  # only which files changed is wanted: a new one is not read
     )
     return sorted(set(changed_conversations(changes)) | stale), changes
