@@ -286,12 +286,13 @@ def dedup_merge(
         with common.maintenance_writer(settings, common.aware(now)) as writer:
             merged, checked = _apply_merges(writer, to_judge, verdicts, now)
             _remember_pairs(writer.con, checked, now)
-            report.preview = fetch_dicts(
-                writer.con,
-                "SELECT id, source_ids, content FROM memories "
-                "WHERE id IN (SELECT unnest(?::TEXT[])) ORDER BY id LIMIT ?",
-                [merged, common.PREVIEW_ROWS],
-            )
+            with listed(writer.con, "_merged", merged):
+                report.preview = fetch_dicts(
+                    writer.con,
+                    "SELECT id, source_ids, content FROM memories "
+                    "WHERE id IN (SELECT value FROM _merged) ORDER BY id LIMIT ?",
+                    [common.PREVIEW_ROWS],
+                )
         merges = sum(1 for _, verdict in checked if verdict == "same")
         report.counts.update(
             examined=len(candidates),

@@ -155,12 +155,12 @@ def user_export(
             ),
             across_conversations=True,
         )
-        history = fetch_dicts(
-            con,
-            "SELECT id, ts, event, memory_id, old_ref, new_ref, actor, meta FROM history "
-            "WHERE memory_id IN (SELECT unnest(?::TEXT[])) ORDER BY ts, id",
-            [[row["id"] for row in memories]],
-        )
+        with listed(con, "_export_memories", [row["id"] for row in memories]):
+            history = fetch_dicts(
+                con,
+                "SELECT id, ts, event, memory_id, old_ref, new_ref, actor, meta FROM history "
+                "WHERE memory_id IN (SELECT value FROM _export_memories) ORDER BY ts, id",
+            )
         folded = int(get_meta(con, JOURNAL_SEQ_KEY) or 0)
     for event in history:
         event["meta"] = json.loads(event["meta"]) if event["meta"] else {}

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from memory_dag.config import Settings
 from memory_dag.paths import resolved
-from memory_dag.store.connection import insert_arrow, open_store, to_json
+from memory_dag.store.connection import insert_arrow, listed, open_store, to_json
 
 
 def access_log_dir(settings: Settings) -> Path:
@@ -104,14 +104,14 @@ def apply_access_log(settings: Settings) -> dict[str, int]:
     if not files:
         return counts
     with open_store(settings.db_path) as con:
-        done = {
-            row[0]
-            for row in con.execute(
-                "SELECT detail FROM events WHERE node = 'retrieval' AND op = 'access' "
-                "AND detail IN (SELECT unnest(?::TEXT[]))",
-                [[f.name for f in files]],
-            ).fetchall()
-        }
+        with listed(con, "_access_files", [f.name for f in files]):
+            done = {
+                row[0]
+                for row in con.execute(
+                    "SELECT detail FROM events WHERE node = 'retrieval' AND op = 'access' "
+                    "AND detail IN (SELECT value FROM _access_files)"
+                ).fetchall()
+            }
         todo = [f for f in files if f.name not in done]
         ids: list[str] = []
         stamps: list[datetime] = []
