@@ -23,6 +23,7 @@ from memory_dag.config import Settings
 from memory_dag.embed.chunk_embeddings import embed_chunks
 from memory_dag.embed.providers import get_provider
 from memory_dag.ids import digest
+from memory_dag.index.chunks_fts import rebuild_chunks_fts, refresh_chunks_fts
 from memory_dag.index.incremental import plan_change, publish_incremental
 from memory_dag.index.published import (
     CATALOG_COLUMNS,
@@ -261,13 +262,14 @@ def build_fts_index(
         rows = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
         if background:
             _lower_this_threads_priority()
-        con.execute(
-            "PRAGMA create_fts_index('chunks', 'id', 'text', stemmer = 'porter', "
-            "stopwords = 'english', overwrite = 1)"
-        )
+        if force:
+            rebuild_chunks_fts(con)
+            done = "rebuilt"
+        else:  # a small change in place, as the pragma would compute it (`chunks_fts.py`)
+            done = refresh_chunks_fts(con)
         set_meta(con, "fts_fingerprint", fingerprint)
-        report.counts = {"rows": int(rows)}
-        report.notes.append(f"fts extension loaded from {how}")
+        report.counts = {"rows": int(rows), "incremental": int(done != "rebuilt")}
+        report.notes.append(f"{done}; fts extension loaded from {how}")
     return report
 
 

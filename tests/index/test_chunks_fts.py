@@ -1,0 +1,110 @@
+"""DuckDB's FTS index brought up to date in place scores every chunk as a rebuild would."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import duckdb
+import pytest
+
+from memory_dag.index.chunks_fts import SCHEMA, rebuild_chunks_fts, refresh_chunks_fts
+from memory_dag.store.connection import load_fts
+
+WORDS = (
+    "cat cats running runner ran the a and of is it's Miso Paris café naïve résumé 2024 "
+    "x1 hello-world e-mail pottery hiking adoption adopted support group yesterday "
+    "powerful lake camping painting sunrise can't won't über"
+).split()
+QUERIES = ["cats running", "Miso", "café résumé", "adopted adoption", "the a of", "sunrise", "zzz"]
+
+
+def _text(rng: random.Random) -> str | None:
+    roll = rng.random()
+    if roll < 0.03:
+        return None
+    if roll < 0.06:
+        return ""
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12))) + rng.choice(".!?,")
+
+
+def _chunks(con: duckdb.DuckDBPyConnection, rows: dict[str, str | None]) -> None:
+    con.execute("DELETE FROM chunks")
+    con.executemany(
+        "INSERT INTO chunks VALUES (?, md5(coalesce(?, '<null>')), ?)",
+        [(key, text, text) for key, text in rows.items()],
+    )
+
+
+@pytest.fixture
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    con = duckdb.connect()
+    load_fts(con)
+    con.execute("CREATE TABLE chunks (id TEXT PRIMARY KEY, hash TEXT, text TEXT)")
+    yield con
+    con.close()
+
+
+def _index(con: duckdb.DuckDBPyConnection) -> dict[str, object]:
+    """What `match_bm25` reads, without the ids (which differ), and every chunk's scores."""
+    return {
+        "stats": con.execute(f"SELECT num_docs, avgdl FROM {SCHEMA}.stats").fetchall(),
+        "docs": sorted(con.execute(f"SELECT name, len FROM {SCHEMA}.docs").fetchall()),
+        "dict": sorted(con.execute(f"SELECT term, df FROM {SCHEMA}.dict").fetchall()),
+        "postings": sorted(
+            con.execute(
+                f"SELECT d.name, w.term, count(*) FROM {SCHEMA}.terms t "
+                f"JOIN {SCHEMA}.docs d USING (docid) JOIN {SCHEMA}.dict w USING (termid) "
+                "GROUP BY ALL"
+            ).fetchall()
+        ),
+        "scores": {
+            query: con.execute(
+                f"SELECT id, {SCHEMA}.match_bm25(id, ?) AS s FROM chunks ORDER BY id", [query]
+            ).fetchall()
+            for query in QUERIES
+        },
+    }
+
+
+def test_small_changes_in_place_score_as_a_rebuild_does(con: duckdb.DuckDBPyConnection) -> None:
+    rng = random.Random(15)
+    rows = {f"ch_{number:04}": _text(rng) for number in range(500)}
+    rows["ch_only"] = "Zanzibar"  # the one chunk with its word: gone in the first round
+    _chunks(con, rows)
+    assert refresh_chunks_fts(con) == "rebuilt"  # no index yet
+
+    for _ in range(4):  # several increments in a row, each compared with a rebuild
+        rows.pop("ch_only", None)
+        for key in rng.sample(sorted(rows), 6):  # gone
+            del rows[key]
+        for key in rng.sample(sorted(rows), 3):  # same id, new text
+            rows[key] = f"{_text(rng) or ''} lake"
+        for _ in range(8):  # new, one with a word no chunk held
+            rows[f"ch_{rng.randrange(10**6):07}"] = f"{_text(rng) or ''} kayaking"
+        _chunks(con, rows)
+        done = refresh_chunks_fts(con)
+        assert done.startswith("updated in place")
+        in_place = _index(con)
+
+        rebuild_chunks_fts(con)
+        assert in_place == _index(con)
+        assert any(score for _, score in in_place["scores"]["cats running"])
+
+
+def test_a_large_change_or_an_index_without_its_record_is_rebuilt(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    rng = random.Random(7)
+    rows = {f"ch_{number:03}": _text(rng) for number in range(100)}
+    _chunks(con, rows)
+    con.execute(
+        "PRAGMA create_fts_index('chunks', 'id', 'text', stemmer = 'porter', "
+        "stopwords = 'english', overwrite = 1)"
+    )  # as memory-dag built it before it kept `indexed`
+    assert refresh_chunks_fts(con) == "rebuilt"
+    assert refresh_chunks_fts(con) == "updated in place: 0 added, 0 removed"
+
+    _chunks(con, {**rows, **{f"new_{n}": "fresh words" for n in range(20)}})  # 20% new
+    assert refresh_chunks_fts(con) == "rebuilt"
+    assert con.execute(f"SELECT count(*) FROM {SCHEMA}.indexed").fetchone()[0] == 120
