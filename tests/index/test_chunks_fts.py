@@ -11,11 +11,43 @@ import pytest
 from memory_dag.index.chunks_fts import SCHEMA, rebuild_chunks_fts, refresh_chunks_fts
 from memory_dag.store.connection import load_fts
 
-WORDS = (
-    "cat cats running runner ran the a and of is it's Miso Paris café naïve résumé 2024 "
-    "x1 hello-world e-mail pottery hiking adoption adopted support group yesterday "
-    "powerful lake camping painting sunrise can't won't über"
-).split()
+WORDS = [
+    "cat",
+    "cats",
+    "running",
+    "runner",
+    "ran",
+    "the",
+    "a",
+    "and",
+    "of",
+    "is",
+    "it's",
+    "Miso",
+    "Paris",
+    "café",
+    "naïve",
+    "résumé",
+    "2024",
+    "x1",
+    "hello-world",
+    "e-mail",
+    "pottery",
+    "hiking",
+    "adoption",
+    "adopted",
+    "support",
+    "group",
+    "yesterday",
+    "powerful",
+    "lake",
+    "camping",
+    "painting",
+    "sunrise",
+    "can't",
+    "won't",
+    "über",
+]
 QUERIES = ["cats running", "Miso", "café résumé", "adopted adoption", "the a of", "sunrise", "zzz"]
 
 
