@@ -11,12 +11,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import scipy.sparse as sp
 
 from memory_dag.config import Settings
 from memory_dag.index import incremental
 from memory_dag.index.build import build_search_index
 from memory_dag.index.published import current_version, load_index, read_manifest
 from memory_dag.index.search import search
+from memory_dag.index.text_index import TextIndex
 from memory_dag.pipeline import run_all
 from tests.conftest import write_jsonl
 
@@ -237,3 +239,78 @@ def sync_files_and_chunks(settings: Settings) -> None:
 
     sync_files(settings)
     build_chunks(settings)
+
+
+def _postings_built_plainly(
+    old: TextIndex,
+    keep: np.ndarray,
+    vocab_size: int,
+    new: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    added_rows: int,
+) -> sp.csr_matrix:
+    """What `merged_postings` replaced: every posting's term, a mask, COO → CSR, a sort."""
+    new_terms, new_docs, tf, norm = new
+    old_df = np.diff(old.indptr)
+    term_of = np.repeat(np.arange(len(old_df)), old_df)
+    kept_entry = keep[old.docs]
+    kept_terms, kept_docs = term_of[kept_entry], (np.cumsum(keep) - 1)[old.docs[kept_entry]]
+    size = int(keep.sum()) + added_rows
+    df = np.bincount(kept_terms, minlength=vocab_size) + np.bincount(
+        new_terms, minlength=vocab_size
+    )
+    idf = np.log1p((size - df + 0.5) / (df + 0.5)).astype(np.float32)
+    old_idf = np.log1p((len(keep) - old_df + 0.5) / (old_df + 0.5)).astype(np.float32)
+    kept_weights = old.weights[kept_entry] * (idf[: len(old_df)] / old_idf)[kept_terms]
+    new_weights = idf[new_terms] * tf / (tf + norm)
+    matrix = sp.csr_matrix(
+        (
+            np.concatenate([kept_weights, new_weights]).astype(np.float32),
+            (
+                np.concatenate([kept_terms, new_terms]),
+                np.concatenate([kept_docs, new_docs + int(keep.sum())]),
+            ),
+        ),
+        shape=(vocab_size, size),
+    )
+    matrix.sort_indices()
+    return matrix
+
+
+@pytest.mark.parametrize("removed", [0, 15])
+def test_merged_postings_are_the_plain_build_bit_for_bit(removed: int) -> None:
+    """The postings of an increment are merged run by run, without sorting all of them: the
+    same matrix, to the bit, as building them plainly (rows removed or not, new terms)."""
+    rng = np.random.default_rng(removed)
+    rows, terms, new_rows, new_terms = 300, 50, 30, 10
+
+    def pairs(n_terms: int, n_docs: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        flat = rng.choice(n_terms * n_docs, size=count, replace=False)
+        return flat // n_docs, flat % n_docs
+
+    term, doc = pairs(terms, rows, 2_000)
+    old_matrix = sp.csr_matrix(
+        (rng.random(len(term), dtype=np.float32), (term, doc)), shape=(terms, rows)
+    )
+    old_matrix.sort_indices()
+    old = TextIndex(
+        {f"t{i}": i for i in range(terms)},
+        old_matrix.indptr.astype(np.int64),
+        old_matrix.indices.astype(np.int32),
+        old_matrix.data.astype(np.float32),
+        rows,
+        7.5,
+    )
+    keep = np.ones(rows, dtype=bool)
+    keep[rng.choice(rows, size=removed, replace=False)] = False
+    vocab = {**old.vocab, **{f"n{i}": terms + i for i in range(new_terms)}}
+    term, doc = pairs(terms + new_terms, new_rows, 150)
+    tf = rng.integers(1, 4, len(term)).astype(np.float32)
+    norm = rng.random(len(term), dtype=np.float32) + np.float32(0.5)
+
+    merged = incremental.merged_postings(old, keep, vocab, (term, doc, tf, norm), new_rows, 7.5)
+    plain = _postings_built_plainly(old, keep, len(vocab), (term, doc, tf, norm), new_rows)
+
+    assert merged.size == rows - removed + new_rows
+    np.testing.assert_array_equal(merged.indptr, plain.indptr)
+    np.testing.assert_array_equal(merged.docs, plain.indices)
+    np.testing.assert_array_equal(merged.weights, plain.data)
