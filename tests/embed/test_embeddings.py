@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -355,9 +356,10 @@ def test_threads_of_one_call_give_the_vectors_one_thread_gives(
     alone = BagOfTokens(wl.tokenizer, wl.embedding.shape[0], threads=1)
 
     expected = alone.token_sums(corpus, wl.embedding)
+    threads_before = threading.active_count()
     for _ in range(3):
         np.testing.assert_array_equal(threaded.token_sums(corpus, wl.embedding), expected)
-    assert threaded._pool is not None  # the slices did go to threads
+    assert threading.active_count() == threads_before  # none is left behind
     np.testing.assert_allclose(
         l2_normalise(expected), l2_normalise(wl.embed(corpus)), rtol=0, atol=1e-6
     )
