@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
+from memory_dag.config import Settings
 from memory_dag.index.chunks_fts import SCHEMA, rebuild_chunks_fts, refresh_chunks_fts
-from memory_dag.store.connection import load_fts
+from memory_dag.store.connection import load_fts, open_store
 
 WORDS = [
     "cat",
@@ -140,3 +141,28 @@ def test_a_large_change_or_an_index_without_its_record_is_rebuilt(
     _chunks(con, {**rows, **{f"new_{n}": "fresh words" for n in range(20)}})  # 20% new
     assert refresh_chunks_fts(con) == "rebuilt"
     assert con.execute(f"SELECT count(*) FROM {SCHEMA}.indexed").fetchone()[0] == 120
+
+
+def test_a_new_session_reaches_sql_full_text_search_in_place(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the pipeline: the index step updates DuckDB's FTS index in place (the test
+    store is small: every change is a large share, so the threshold is lifted), SQL finds the
+    new session's words, and the scores are a forced rebuild's."""
+    from memory_dag.index import chunks_fts
+    from memory_dag.pipeline import run_all
+    from tests.index.test_incremental import new_session
+
+    monkeypatch.setattr(chunks_fts, "SMALL_CHANGE", 1.0)
+    run_all(settings)
+    new_session(settings)
+    reports = {report.stage: report for report in run_all(settings)}
+
+    assert reports["chunks_fts"].notes[0].startswith("updated in place: 2 added, 0 removed")
+    query = "SELECT id, fts_main_chunks.match_bm25(id, 'zebra finch') AS s FROM chunks ORDER BY id"
+    with open_store(settings.db_path) as con:
+        load_fts(con)
+        in_place = con.execute(query).fetchall()
+        rebuild_chunks_fts(con)
+        assert con.execute(query).fetchall() == in_place
+    assert [score for _, score in in_place if score is not None] != []
