@@ -137,8 +137,8 @@ def publish_incremental(
     """Write and publish the next version: the live one with `change` applied. `added` holds
     the rows to append (ROW_SCHEMA columns and `hash`), `vectors` their embeddings."""
     base = change.base
-    base_rows = pq.read_table(base / "rows.parquet")
-    keep = np.ones(base_rows.num_rows, dtype=bool)
+    live_rows = pq.ParquetFile(base / "rows.parquet")
+    keep = np.ones(live_rows.metadata.num_rows, dtype=bool)
     keep[change.removed] = False
     kept = int(keep.sum())
     # `added` comes in the rebuild's order (conversation, path, line): a file's chunks in a run.
@@ -158,24 +158,38 @@ def publish_incremental(
             appended = appended.append_column(
                 column, pa.nulls(appended.num_rows, ROW_SCHEMA.field(column).type)
             )
-    rows = pa.concat_tables(
-        [base_rows.filter(pa.array(keep)), appended.select(ROW_SCHEMA.names).cast(ROW_SCHEMA)]
-    )
-    all_vectors = np.concatenate([np.load(base / "vectors.npy")[keep], vectors])
+    count = kept + appended.num_rows
     staging, name = new_staging(index_dir)
     try:
-        count = rows.num_rows
+        # Each part of the version is written and let go before the next is made: at 1M rows
+        # the rows with their texts, the vectors, the IVF index and the BM25 postings held
+        # at once took 8.1 GB, for one new session.
+        ids = _write_rows(
+            live_rows, keep, appended.select(ROW_SCHEMA.names).cast(ROW_SCHEMA), staging
+        )
+        live_rows.close()
+        pq.write_table(pa.table({"id": ids, "hash": hashes}), staging / HASHES_FILE)
+        del ids, hashes
+        # One matrix, filled from the live file read in place (loading it, masking it and
+        # concatenating held three copies at once).
+        live = np.load(base / "vectors.npy", mmap_mode="r")
+        all_vectors = np.empty((count, live.shape[1]), dtype=np.float32)
+        np.compress(keep, live, axis=0, out=all_vectors[:kept])
+        all_vectors[kept:] = vectors
+        del live
+        np.save(staging / "vectors.npy", all_vectors)
         faiss_type = index_type_for(count)
         if faiss_type == "ivf" and change.manifest.get("faiss_type") == "ivf":
+            del all_vectors  # the live lists take the new vectors alone
             index = _ivf_changed(base / "vectors.faiss", change.removed, keep, vectors)
         else:
             index = build_faiss(all_vectors)
+            del all_vectors
         save_faiss(index, staging / "vectors.faiss")
-        np.save(staging / "vectors.npy", all_vectors)
+        del index
         text = _text_index(base, change.manifest, keep, appended)
         text.save(staging / "bm25")
-        pq.write_table(rows, staging / "rows.parquet")
-        pq.write_table(pa.table({"id": rows.column("id"), "hash": hashes}), staging / HASHES_FILE)
+        del text
         if catalog is not None:
             pq.write_table(catalog, staging / CATALOG_FILE)
         manifest = {
@@ -201,6 +215,25 @@ def publish_incremental(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return manifest
+
+
+def _write_rows(
+    live: pq.ParquetFile, keep: np.ndarray, appended: pa.Table, staging: Path
+) -> pa.ChunkedArray:
+    """The live rows `keep` keeps, then `appended`, streamed a batch at a time into the
+    staging folder's `rows.parquet` (in row order); returns their ids."""
+    ids: list[pa.Array] = []
+    start = 0
+    with pq.ParquetWriter(staging / "rows.parquet", ROW_SCHEMA) as writer:
+        for batch in live.iter_batches():
+            mask = pa.array(keep[start : start + batch.num_rows])
+            start += batch.num_rows
+            part = pa.Table.from_batches([batch]).filter(mask).cast(ROW_SCHEMA)
+            writer.write_table(part)
+            ids.extend(part.column("id").chunks)
+        writer.write_table(appended)
+        ids.extend(appended.column("id").chunks)
+    return pa.chunked_array(ids, type=ROW_SCHEMA.field("id").type)
 
 
 def _ivf_changed(
