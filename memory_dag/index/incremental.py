@@ -313,8 +313,10 @@ def merged_postings(
         kept_docs, kept_weights, kept_per_term = old.docs, old.weights, old_df
     else:
         kept_entry = keep[old.docs]
-        before = np.zeros(len(kept_entry) + 1, dtype=np.int64)
-        np.cumsum(kept_entry, out=before[1:])
+        # Kept postings before each one (int32 while they fit: 90M postings, 0.36 GB less).
+        counter = np.int32 if len(kept_entry) < np.iinfo(np.int32).max else np.int64
+        before = np.zeros(len(kept_entry) + 1, dtype=counter)
+        np.cumsum(kept_entry, dtype=counter, out=before[1:])
         kept_per_term = before[old.indptr[1:]] - before[old.indptr[:-1]]
         renumber = (np.cumsum(keep) - 1).astype(np.int32)
         kept_docs = renumber[old.docs[kept_entry]]
