@@ -323,6 +323,7 @@ def merged_postings(
         kept_weights = old.weights[kept_entry]
     kept = int(keep.sum())
     size = kept + added_rows
+    # A (term, document) pair is one posting: a term's df is its number of postings.
     df = np.bincount(new_terms, minlength=len(vocab))
     df[: len(kept_per_term)] += kept_per_term
     idf = np.log1p((size - df + 0.5) / (df + 0.5)).astype(np.float32)
@@ -335,10 +336,8 @@ def merged_postings(
 
     kept_indptr = np.zeros(len(kept_per_term) + 1, dtype=np.int64)
     np.cumsum(kept_per_term, out=kept_indptr[1:])
-    counts = np.bincount(new_terms, minlength=len(vocab))
-    counts[: len(kept_per_term)] += kept_per_term
     indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
+    np.cumsum(df, out=indptr[1:])
     docs = np.empty(int(indptr[-1]), dtype=np.int32)
     weights = np.empty(int(indptr[-1]), dtype=np.float32)
     terms, starts = np.unique(new_terms, return_index=True)
