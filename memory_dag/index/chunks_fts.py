@@ -33,20 +33,23 @@ _REBUILD = (
 def refresh_chunks_fts(con: duckdb.DuckDBPyConnection) -> str:
     """Bring the FTS index in line with `chunks`: in place for a small change, else rebuilt.
     Returns how ("rebuilt", or "updated in place: N added, M removed")."""
-    change = _change(con)
+    change = None
+    if _recorded(con):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            change = _staged_change(con)
+            if change is not None:
+                _update_in_place(con)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        finally:
+            _drop_scratch(con)
     if change is None:
         rebuild_chunks_fts(con)
         return "rebuilt"
     added, removed = change
-    con.execute("BEGIN TRANSACTION")
-    try:
-        _update_in_place(con)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    finally:
-        _drop_scratch(con)
     return f"updated in place: {added} added, {removed} removed"
 
 
@@ -56,45 +59,52 @@ def rebuild_chunks_fts(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE TABLE {SCHEMA}.indexed AS SELECT id, hash FROM chunks")
 
 
-def _change(con: duckdb.DuckDBPyConnection) -> tuple[int, int] | None:
-    """(chunks to add, indexed chunks to remove), or None when the index must be rebuilt."""
-    recorded = con.execute(
+def _recorded(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the index has the tables an update in place reads, its record among them."""
+    tables = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
         "AND schema_name = ? AND table_name IN ('indexed', 'docs', 'terms', 'dict', 'stats')",
         [SCHEMA],
     ).fetchone()[0]
-    if recorded != 5:
-        return None
-    indexed = con.execute(f"SELECT count(*) FROM {SCHEMA}.indexed").fetchone()[0]
-    added = con.execute(
-        f"SELECT count(*) FROM chunks c ANTI JOIN {SCHEMA}.indexed i "
-        "ON c.id = i.id AND c.hash = i.hash"
-    ).fetchone()[0]
-    removed = con.execute(
-        f"SELECT count(*) FROM {SCHEMA}.indexed i ANTI JOIN chunks c "
-        "ON c.id = i.id AND c.hash = i.hash"
-    ).fetchone()[0]
+    return tables == 5
+
+
+def _staged_change(con: duckdb.DuckDBPyConnection) -> tuple[int, int] | None:
+    """What went (or changed) and what came, by id and hash, as the scratch tables `_fts_gone`
+    and `_fts_new`; (added, removed), or None when the change is too large for in place."""
+    s = SCHEMA
+    con.execute(
+        f"CREATE TEMP TABLE _fts_gone AS SELECT i.id, i.hash FROM {s}.indexed i "
+        "ANTI JOIN chunks c ON c.id = i.id AND c.hash = i.hash"
+    )
+    con.execute(
+        f"CREATE TEMP TABLE _fts_new AS SELECT c.id, c.hash FROM chunks c "
+        f"ANTI JOIN {s}.indexed i ON c.id = i.id AND c.hash = i.hash"
+    )
+    indexed, added, removed = con.execute(
+        f"SELECT (SELECT count(*) FROM {s}.indexed), (SELECT count(*) FROM _fts_new), "
+        "(SELECT count(*) FROM _fts_gone)"
+    ).fetchone()
     if not indexed or added + removed > SMALL_CHANGE * indexed:
         return None
     return int(added), int(removed)
 
 
-_SCRATCH = ("_fts_gone", "_fts_gone_docs", "_fts_new_docs", "_fts_new_terms", "_fts_df")
+_SCRATCH = ("_fts_gone", "_fts_new", "_fts_gone_docs", "_fts_new_docs", "_fts_new_terms", "_fts_df")
 
 
 def _update_in_place(con: duckdb.DuckDBPyConnection) -> None:
+    """Apply the staged change (`_staged_change`) to the index's tables."""
     s = SCHEMA
     statements = [
-        # What went (or changed), and the terms its documents held.
-        f"CREATE TEMP TABLE _fts_gone AS SELECT i.id, i.hash FROM {s}.indexed i "
-        "ANTI JOIN chunks c ON c.id = i.id AND c.hash = i.hash",
+        # The documents that go, and the terms they held.
         f"CREATE TEMP TABLE _fts_gone_docs AS SELECT docid FROM {s}.docs "
         "WHERE name IN (SELECT id FROM _fts_gone)",
-        # What came (or changed), under ids after the largest in use.
+        # The documents that come, under ids after the largest in use.
         f"CREATE TEMP TABLE _fts_new_docs AS SELECT "
         f"(SELECT coalesce(max(docid), -1) FROM {s}.docs) + row_number() OVER (ORDER BY c.id) "
-        f"AS docid, c.id AS name, c.hash, c.text FROM chunks c ANTI JOIN {s}.indexed i "
-        "ON c.id = i.id AND c.hash = i.hash",
+        "AS docid, c.id AS name, c.text FROM chunks c "
+        "SEMI JOIN _fts_new n ON c.id = n.id AND c.hash = n.hash",
         # The pragma's terms: tokenize, drop empty words and stopwords, then stem.
         f"CREATE TEMP TABLE _fts_new_terms AS WITH tokenized AS ("
         f"SELECT unnest({s}.tokenize(text)) AS w, docid FROM _fts_new_docs) "
@@ -125,7 +135,7 @@ def _update_in_place(con: duckdb.DuckDBPyConnection) -> None:
         f"UPDATE {s}.stats SET num_docs = (SELECT count(docid) FROM {s}.docs), "
         f"avgdl = (SELECT sum(len) / count(len) FROM {s}.docs)",
         f"DELETE FROM {s}.indexed WHERE id IN (SELECT id FROM _fts_gone)",
-        f"INSERT INTO {s}.indexed SELECT name, hash FROM _fts_new_docs",
+        f"INSERT INTO {s}.indexed SELECT id, hash FROM _fts_new",
     ]
     for statement in statements:
         con.execute(statement)
