@@ -15,9 +15,7 @@ from memory_dag.store.connection import (
     close_store,
     connect,
     open_store,
-    set_meta,
 )
-from memory_dag.store.schema import SCHEMA_VERSION
 
 
 def row_groups(path: Path, table: str) -> int:
@@ -72,16 +70,6 @@ def test_a_path_with_quotes_is_attached_as_given(tmp_path: Path) -> None:
     assert duckdb.connect(str(db), read_only=True).execute(
         "SELECT value FROM store_meta WHERE key = 'k'"
     ).fetchone() == ("v",)
-
-
-def test_a_refused_store_leaves_no_hub_behind(tmp_path: Path) -> None:
-    """A writer refused after the attach (a store from a newer version) releases the file."""
-    db = tmp_path / "m.duckdb"
-    with open_store(db) as con:
-        set_meta(con, "schema_version", str(SCHEMA_VERSION + 1))
-    with pytest.raises(RuntimeError, match="newer"):
-        connect(db)
-    assert _hubs == {}
 
 
 def test_a_writer_spills_beside_the_store_not_in_the_current_directory(

@@ -13,6 +13,7 @@ import pytest
 
 from memory_dag.store.connection import (
     StoreLockedError,
+    _hubs,
     connect,
     open_store,
     schema_version,
@@ -59,11 +60,13 @@ def test_reopening_keeps_data_and_does_not_migrate_again(tmp_path: Path) -> None
 
 
 def test_store_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    """Refused after the writers' hub attached it: the hub, and the file's lock, go too."""
     path = tmp_path / "m.duckdb"
     with open_store(path) as con:
         set_meta(con, "schema_version", str(SCHEMA_VERSION + 1))
     with pytest.raises(RuntimeError, match="newer"):
         connect(path)
+    assert _hubs == {}
 
 
 def test_read_only_open_of_a_missing_store_says_what_to_do(tmp_path: Path) -> None:
