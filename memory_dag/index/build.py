@@ -268,7 +268,11 @@ def build_fts_index(
         else:  # a small change in place, as the pragma would compute it (`chunks_fts.py`)
             done = refresh_chunks_fts(con)
         set_meta(con, "fts_fingerprint", fingerprint)
-        report.counts = {"rows": int(rows), "incremental": int(done != "rebuilt")}
+        report.counts = {
+            "rows": int(rows),
+            "incremental": int(done != "rebuilt"),
+            "beside_search_index": int(background),  # else after it: the step takes both
+        }
         report.notes.append(f"{done}; fts extension loaded from {how}")
     return report
 
