@@ -12,6 +12,9 @@ import numpy as np
 import polars as pl
 import pytest
 import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from memory_dag.config import Settings
 from memory_dag.index import incremental
@@ -314,3 +317,26 @@ def test_merged_postings_are_the_plain_build_bit_for_bit(removed: int) -> None:
     np.testing.assert_array_equal(merged.indptr, plain.indptr)
     np.testing.assert_array_equal(merged.docs, plain.indices)
     np.testing.assert_array_equal(merged.weights, plain.data)
+
+
+@given(keep=st.lists(st.booleans(), max_size=300))
+@hypothesis_settings(max_examples=200, deadline=None)
+def test_kept_rows_are_copied_as_np_compress_copies_them(keep: list[bool]) -> None:
+    mask = np.asarray(keep, dtype=bool)
+    source = np.arange(len(mask) * 3, dtype=np.float32).reshape(len(mask), 3)
+    out = np.full((int(mask.sum()), 3), -1.0, dtype=np.float32)
+    incremental.copy_kept_rows(source, mask, out)
+    assert np.array_equal(out, np.compress(mask, source, axis=0))
+
+
+def test_kept_rows_are_read_from_the_live_file_in_place(tmp_path: Path) -> None:
+    vectors = np.random.default_rng(1).random((1_000, 8), dtype=np.float32)
+    np.save(tmp_path / "vectors.npy", vectors)
+    live = np.load(tmp_path / "vectors.npy", mmap_mode="r")
+    keep = np.ones(1_000, dtype=bool)
+    keep[[0, 17, 18, 500, 999]] = False
+    out = np.empty((995, 8), dtype=np.float32)
+    incremental.copy_kept_rows(live, keep, out)
+    assert np.array_equal(out, vectors[keep])
+    with pytest.raises(ValueError, match="output rows"):
+        incremental.copy_kept_rows(live, keep, np.empty((996, 8), dtype=np.float32))
