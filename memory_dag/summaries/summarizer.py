@@ -70,6 +70,8 @@ _SENTENCE_SPLIT = re.compile(r"((?<=[.!?])\s+|(?<=[.!?][\"'”’)\]])\s+|\s*\n\
 #: a pattern that starts with `\s` lets the regex engine skip to the next whitespace.
 _LINE_SENTENCE_SPLIT = re.compile(r"(\s(?:(?<=[.!?]\s)|(?<=[.!?][\"'”’)\]]\s))\s*)")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+#: `_WORD`, or the line break that separates two sentences.
+_WORD_OR_BREAK = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|\n")
 _STOPWORD_TEXT = """
     a about above after again against all am an and any are as at be because been before
     being below between both but by can could did do does doing down during each few for from
@@ -94,6 +96,9 @@ _ANAPHOR_START = re.compile(
     r"(?:this|that|these|those|it|its|it's|he|she|they|him|her|his|hers|them|their|theirs)\b",
     re.IGNORECASE,
 )
+#: What `_ANAPHOR_START`'s pronouns can start with, ignoring case (Python also folds the
+#: dotted and dotless i and the long s into i and s).
+_ANAPHOR_INITIALS = frozenset("tihsTIHS\u0130\u0131\u017f")
 _LIST_MARKER = re.compile(r"^[-*•]\s+")
 #: Starts the line of a turn whose statement a newer one superseded: history, never quoted by
 #: the extractive summarizer as if it still held (an LLM is told what the mark means).
@@ -623,20 +628,15 @@ class _ExtractiveEngine:
         return extract_sentences(_with_prior(content, prior), budget)
 
     def __init__(self) -> None:
-        #: chunk -> its sentences and their token counts, from `prepare`
-        self._units: dict[str, tuple[list[str], list[int]]] = {}
+        #: chunk -> its sentences, from `prepare`
+        self._units: dict[str, list[str]] = {}
 
     def prepare(self, chunks: Sequence[str]) -> None:
-        """Cut the chunks into sentences and count them all in one batch: thousands of texts
-        are counted by their distinct pieces (`ingest/tokens.py`), not one encode each."""
-        cut = {text: extraction_units(text) for text in chunks}
-        counts = iter(sentence_tokens([unit for units in cut.values() for unit in units]))
-        for text, units in cut.items():
-            self._units[text] = (units, [next(counts) for _ in units])
+        """Cut the chunks into sentences."""
+        self._units = {text: extraction_units(text) for text in chunks}
 
     def chunk(self, content: str, index: int, total: int, budget: int) -> str:
-        units, lengths = self._units.pop(content, (None, None))
-        return extract_sentences(content, budget, units=units, lengths=lengths)
+        return extract_sentences(content, budget, units=self._units.pop(content, None))
 
     def synthesize(self, summaries: Sequence[str], prior: str | None, budget: int) -> str:
         return extract_sentences(_with_prior("\n".join(summaries), prior), budget)
@@ -680,7 +680,10 @@ def extraction_units(text: str) -> list[str]:
                 continue
             if sentence[0] in "-*•":
                 sentence = _LIST_MARKER.sub("", sentence)
-            if _ANAPHOR_START.match(sentence):
+            # The pattern only where it can match: a pronoun first, or a label before it.
+            if (sentence[0] in _ANAPHOR_INITIALS or ":" in sentence) and _ANAPHOR_START.match(
+                sentence
+            ):
                 if units:
                     units[-1] = f"{units[-1]} {sentence}"
                 continue
@@ -696,7 +699,6 @@ def extract_sentences(
     max_sentences: int | None = None,
     *,
     units: list[str] | None = None,
-    lengths: list[int] | None = None,
 ) -> str:
     """The most central sentences of `text` that fit in `budget` tokens, in original order.
 
@@ -704,7 +706,7 @@ def extract_sentences(
     penalty for similarity to already chosen sentences spreads the selection over the topics.
     When no sentence fits, the most central one is cut to the budget. The candidates are
     `extraction_units` (no headers, no pronoun without its referent), or `units` when the
-    caller cut `text` already (`lengths`: their token counts, when the caller counted them).
+    caller cut `text` already.
     """
     sentences = extraction_units(text) if units is None else units
     if not sentences:
@@ -712,23 +714,21 @@ def extract_sentences(
     # Speaker labels ("Gina: ...") are in every line of a chat: as words they would make
     # "Thanks, Gina!" look central. Short pleasantries carry nothing worth keeping either.
     stopwords = _STOPWORDS | _speaker_labels(text)
-    words = [[w for w in _WORD.findall(s.lower()) if w not in stopwords] for s in sentences]
+    words = _content_words(sentences, stopwords)
     substantial = [len(content) >= MIN_CONTENT_WORDS for content in words]
     if not any(substantial):
         substantial = [True] * len(sentences)
-    if lengths is None or units is None:
-        lengths = sentence_tokens(sentences)
+    sizes, counted = _known_sizes(sentences)
     vectors = _tfidf(words)
     centroid = vectors.mean(axis=0)
     norm = float(np.linalg.norm(centroid))
     centrality = vectors @ (centroid / norm) if norm > 0 else np.zeros(len(sentences))
-    similarity = vectors @ vectors.T
     limit = max_sentences or len(sentences)
 
     # Greedy selection over whole arrays: each round takes the best-scoring sentence that
     # still fits (the first one on ties), then raises every sentence's redundancy to its
-    # similarity with the one just taken (the max over the chosen ones).
-    sizes = np.asarray(lengths)
+    # similarity with the one just taken (the max over the chosen ones). Only the chosen
+    # sentences' similarities are computed: a dozen columns, not the whole square.
     available = np.asarray(substantial, dtype=bool)
     redundancy = np.zeros(len(sentences))
     chosen: list[int] = []
@@ -737,14 +737,22 @@ def extract_sentences(
         eligible = available & (sizes <= budget - used)
         if chosen:
             eligible &= centrality > 0  # no content words: only taken when nothing else is
-        if not eligible.any():
-            break
         scores = np.where(eligible, centrality - _REDUNDANCY_PENALTY * redundancy, -np.inf)
         best = int(np.argmax(scores))
+        # A size not counted yet is a lower bound: it can only wrongly admit a sentence, so the
+        # best one is counted, and set aside for the next best when it does not fit after all.
+        while eligible[best] and not counted[best]:
+            sizes[best], counted[best] = _sentence_count(sentences[best]), True
+            if sizes[best] <= budget - used:
+                break
+            eligible[best], scores[best] = False, -np.inf
+            best = int(np.argmax(scores))
+        if not eligible[best]:
+            break
         chosen.append(best)
-        used += lengths[best]
+        used += int(sizes[best])
         available[best] = False
-        redundancy = np.maximum(redundancy, similarity[:, best])
+        redundancy = np.maximum(redundancy, vectors @ vectors[best])
 
     if not chosen:
         most_central = int(np.argmax(centrality))
@@ -771,12 +779,70 @@ def sentence_tokens(sentences: Sequence[str]) -> list[int]:
     return [known[sentence] for sentence in sentences]
 
 
+def _known_sizes(sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each sentence's token count where it is known (or cheap), else a lower bound; and
+    which are counts.
+
+    A summary takes a tenth of its candidates at most, and the sizes of the others only
+    need to exceed what is left of the budget: counting them all was a third of the
+    extractive summarizer's time. Without cl100k's pre-tokenizer, every sentence is counted.
+    """
+    encoding = get_encoding()
+    if encoding is None or getattr(encoding, "_pat_str", None) != CL100K_PATTERN:
+        return np.asarray(sentence_tokens(sentences)), np.ones(len(sentences), dtype=bool)
+    known = [_SENTENCE_TOKENS.get(sentence) for sentence in sentences]
+    sizes = [
+        size if size is not None else _fewest_tokens(sentence)
+        for size, sentence in zip(known, sentences, strict=True)
+    ]
+    return np.asarray(sizes, dtype=np.int64), np.asarray([size is not None for size in known])
+
+
+def _fewest_tokens(sentence: str) -> int:
+    """A lower bound of the sentence's cl100k token count: its words, when it is spaced plainly.
+
+    cl100k's pre-tokenizer lets a piece hold a space only as its first character or among
+    other whitespace, so two words with a space between never share a piece, and every piece
+    is a token at least. Printable, single-spaced text has no other whitespace to hide a word
+    in; for anything else the bound is 1 (0 for nothing).
+    """
+    if not sentence:
+        return 0
+    plain = sentence.isprintable() and "  " not in sentence
+    if plain and not sentence.startswith(" ") and not sentence.endswith(" "):
+        return sentence.count(" ") + 1
+    return 1
+
+
+def _sentence_count(sentence: str) -> int:
+    """One sentence's token count, through the per-process cache `sentence_tokens` keeps."""
+    size = _SENTENCE_TOKENS.get(sentence)
+    if size is None:
+        if len(_SENTENCE_TOKENS) >= _SENTENCE_TOKENS_MAX:
+            _SENTENCE_TOKENS.clear()
+        size = _SENTENCE_TOKENS[sentence] = count_tokens(sentence)
+    return size
+
+
 def _speaker_labels(text: str) -> frozenset[str]:
     """Lower-cased words of the `Name:` labels that start lines of a transcript."""
     words: set[str] = set()
     for label in _SPEAKER_LABEL.findall(text):
         words.update(label.lower().split())
     return frozenset(words)
+
+
+def _content_words(sentences: Sequence[str], stopwords: frozenset[str]) -> list[list[str]]:
+    """The lower-cased words of each sentence that are not stopwords.
+
+    One regular-expression pass over all the sentences at once, a line break between two:
+    no word crosses one, and a call per sentence cost more than the words themselves."""
+    joined = "\n".join(sentences)
+    if not sentences or joined.count("\n") != len(sentences) - 1:  # none, or a break in one
+        return [[w for w in _WORD.findall(s.lower()) if w not in stopwords] for s in sentences]
+    found = _WORD_OR_BREAK.findall(joined.lower())
+    kept = " ".join([word for word in found if word not in stopwords])
+    return [part.split() for part in kept.split("\n")]
 
 
 def _tfidf(words: Sequence[Sequence[str]]) -> np.ndarray:
@@ -793,10 +859,13 @@ def _tfidf(words: Sequence[Sequence[str]]) -> np.ndarray:
     pair_words = pairs % max(1, len(vocabulary))
     document_frequency = np.bincount(pair_words, minlength=len(vocabulary))
     weights = np.log((1 + len(words)) / (1 + document_frequency)) + 1.0
+    values = np.asarray(sublinear)[counts] * weights[pair_words]
+    # Rows normalized on the pairs, before they are spread into the (mostly zero) matrix.
+    pair_rows = pairs // max(1, len(vocabulary))
+    norms = np.sqrt(np.bincount(pair_rows, weights=values * values, minlength=len(words)))
     matrix = np.zeros((len(words), len(vocabulary)))
-    matrix.flat[pairs] = np.asarray(sublinear)[counts] * weights[pair_words]
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+    matrix.flat[pairs] = values / norms[pair_rows]
+    return matrix
 
 
 def _budget(ratio: float, tokens: int) -> int:

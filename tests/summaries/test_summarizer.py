@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 from memory_dag.ingest.tokens import count_tokens, decode, encode
 from memory_dag.llm import LLMClient, LLMConfig
 from memory_dag.summaries.summarizer import (
+    _ANAPHOR_INITIALS,
+    _ANAPHOR_START,
     _LINE_SENTENCE_SPLIT,
     _SENTENCE_SPLIT,
+    _WORD,
     THRESHOLD_BRIEF,
     THRESHOLD_DETAILED,
     THRESHOLD_NONE,
@@ -24,6 +27,8 @@ from memory_dag.summaries.summarizer import (
     SummarizerConfig,
     SummaryLevel,
     SummaryResult,
+    _content_words,
+    _fewest_tokens,
     chunk_text,
     determine_level,
     extract_sentences,
@@ -607,3 +612,90 @@ def test_sentence_token_cache_counts_right_when_it_is_emptied(
 def test_line_sentence_split_cuts_as_the_sentence_split(line: str) -> None:
     """Within a line, the faster pattern cuts where `_SENTENCE_SPLIT` does."""
     assert _LINE_SENTENCE_SPLIT.split(line) == _SENTENCE_SPLIT.split(line)
+
+
+#: Letters, digits, punctuation and every kind of space the tokenizer or Python treats apart.
+_HOSTILE_CHARS = list("aZ9.!?'’:-_ \t\n\r\x0b\x0c\x1c\x1f\x85\u00a0\u2003\u2028\u3000é字🙂")
+
+
+@settings(max_examples=800, deadline=None)
+@given(sentence=st.lists(st.sampled_from(_HOSTILE_CHARS), max_size=30).map("".join))
+def test_the_fewest_tokens_of_a_sentence_never_exceed_its_count(sentence: str) -> None:
+    """The selection skips counting a sentence whose lower bound exceeds what is left of the
+    budget: a bound above the real count would wrongly leave a sentence out."""
+    assert _fewest_tokens(sentence) <= count_tokens(sentence)
+
+
+def test_the_fewest_tokens_of_plain_text_are_its_words() -> None:
+    assert _fewest_tokens("I went to the lake yesterday.") == 6
+    assert _fewest_tokens("two  spaces") == 1  # not plain: the bound falls back to one
+    assert _fewest_tokens("") == 0
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    sentences=st.lists(
+        st.lists(st.sampled_from([*_HOSTILE_CHARS, "The", "don't", "rock'n'roll", "'tis"])).map(
+            "".join
+        ),
+        max_size=8,
+    )
+)
+def test_content_words_of_all_sentences_at_once_equal_those_of_each(sentences: list[str]) -> None:
+    """One pass over the sentences joined finds what one pass over each found (sentences
+    holding a line break, which the joined pass cannot tell apart, included)."""
+    stopwords = frozenset({"the", "a"})
+    each = [[w for w in _WORD.findall(s.lower()) if w not in stopwords] for s in sentences]
+    assert _content_words(sentences, stopwords) == each
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    start=st.lists(st.sampled_from([*_HOSTILE_CHARS, "Th", "It", "hIS", "Sam: ", "İT"])).map(
+        "".join
+    ),
+)
+def test_the_anaphor_pattern_only_matches_where_its_cheap_check_lets_it(start: str) -> None:
+    """`extraction_units` skips the pattern unless a sentence starts with a pronoun's letter or
+    holds a label's colon; it must never skip a sentence the pattern would match."""
+    for sentence in (start, start + "s", start + " it", "it" + start, "ſhe" + start):
+        if _ANAPHOR_START.match(sentence):
+            assert sentence[:1] in _ANAPHOR_INITIALS or ":" in sentence
+
+
+def test_selection_counting_sentences_lazily_chooses_as_counting_them_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sizes the selection did not count are lower bounds; with every sentence counted
+    beforehand (the cache warmed) it must choose the same sentences."""
+    from memory_dag.summaries import summarizer
+
+    rng = random.Random(7)
+    words = [
+        "lake",
+        "paint",
+        "camping",
+        "kids",
+        "adopt",
+        "guitar",
+        "violin",
+        "pottery",
+        "museum",
+        "beach",
+        "hike",
+        "city",
+    ]
+    for trial in range(30):
+        lines = []
+        for turn in range(40):
+            size = rng.randint(3, 30)
+            said = " ".join(rng.choice(words) for _ in range(size))
+            lines.append(f"{'Ann' if turn % 2 else 'Bo'}: I {said}. We {rng.choice(words)} too!")
+        text = "\n".join(lines)
+        budget = rng.randint(5, 200)
+        monkeypatch.setattr(summarizer, "_SENTENCE_TOKENS", {})
+        lazy = extract_sentences(text, budget)
+        counted_lazily = len(summarizer._SENTENCE_TOKENS)
+        summarizer.sentence_tokens(summarizer.extraction_units(text))  # every size known now
+        assert extract_sentences(text, budget) == lazy, (trial, budget)
+        assert counted_lazily < len(summarizer.extraction_units(text))
