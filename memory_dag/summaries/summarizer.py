@@ -12,11 +12,8 @@ sentences under the same per-level token budgets and builds the same tree, so le
 shape and compression metrics stay real when the pipeline runs offline. Errors fail fast
 (seed §8): an LLM failure raises SummarizationError, never a partial tree.
 
-Kept as one module (~620 lines): seed 001's summarizer is one algorithm; level choice,
+Kept as one module (~900 lines): seed 001's summarizer is one algorithm; level choice,
 chunking, middle truncation and the LLM and extractive engines share its budgets and units.
-
-Why one module of ~660 lines: seed 001's summarizer as one unit, as the seed describes it: level
-choice, chunking, truncation and its two engines (LLM and extractive) behind one protocol.
 """
 
 from __future__ import annotations
@@ -780,8 +777,8 @@ def sentence_tokens(sentences: Sequence[str]) -> list[int]:
 
 
 def _known_sizes(sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Each sentence's token count where it is known (or cheap), else a lower bound; and
-    which are counts.
+    """Each sentence's token count where this process counted it already, else a lower bound
+    (`_fewest_tokens`); and which of them are counts.
 
     A summary takes a tenth of its candidates at most, and the sizes of the others only
     need to exceed what is left of the budget: counting them all was a third of the
