@@ -739,7 +739,7 @@ def extract_sentences(
         # A size not counted yet is a lower bound: it can only wrongly admit a sentence, so the
         # best one is counted, and set aside for the next best when it does not fit after all.
         while eligible[best] and not counted[best]:
-            sizes[best], counted[best] = _sentence_count(sentences[best]), True
+            sizes[best], counted[best] = sentence_tokens([sentences[best]])[0], True
             if sizes[best] <= budget - used:
                 break
             eligible[best], scores[best] = False, -np.inf
@@ -809,16 +809,6 @@ def _fewest_tokens(sentence: str) -> int:
     if plain and not sentence.startswith(" ") and not sentence.endswith(" "):
         return sentence.count(" ") + 1
     return 1
-
-
-def _sentence_count(sentence: str) -> int:
-    """One sentence's token count, through the per-process cache `sentence_tokens` keeps."""
-    size = _SENTENCE_TOKENS.get(sentence)
-    if size is None:
-        if len(_SENTENCE_TOKENS) >= _SENTENCE_TOKENS_MAX:
-            _SENTENCE_TOKENS.clear()
-        size = _SENTENCE_TOKENS[sentence] = count_tokens(sentence)
-    return size
 
 
 def _speaker_labels(text: str) -> frozenset[str]:
