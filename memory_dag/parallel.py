@@ -1,9 +1,10 @@
 """Pure-Python work of a stage on every core: worker processes, for work the GIL serialises.
 
-Entity extraction, rule-based fact extraction and extractive summaries are regular
-expressions and small numpy steps over independent texts: threads would wait on the GIL, so
-`process_map` hands slices of the items to worker processes and returns the results in order,
-exactly what `fn(items)` gives. Small batches and one-core machines stay in-process, and so
+Parsing transcripts, entity extraction, rule-based fact extraction and extractive summaries
+are Python, regular expressions and small numpy steps over independent items: threads would
+wait on the GIL, so `process_map` hands slices of the items to worker processes and returns
+the results in order, exactly what `fn(items)` gives (`process_slices`: one result a slice,
+for results that are cheaper to hand back whole, such as an Arrow table). Small batches and one-core machines stay in-process, and so
 does a daemonic process (a Celery worker's run process in a sharded deployment,
 deploy/local/): it may not start children, and its deployment runs one per core already.
 
@@ -43,15 +44,28 @@ def process_map(
     `fn` takes a slice and returns one result per item; it must be a module-level function
     (workers import it by name), and its items and results must pickle.
     """
+    return [result for part in process_slices(fn, items, min_items=min_items) for result in part]
+
+
+def process_slices(
+    fn: Callable[[Sequence[T]], R], items: Sequence[T], *, min_items: int = MIN_ITEMS
+) -> list[R]:
+    """`fn` of consecutive slices of `items`, in worker processes when `items` are many: one
+    result a slice, in order (`[fn(items)]` when they stay in this process).
+
+    For results that cost less to hand back whole than item by item (an Arrow table of a
+    slice's rows pickles in one piece; a table an item, at ~0.3 ms each, cost more than the
+    work). `fn` must be a module-level function; its items and results must pickle.
+    """
     workers = usable_cpus()
     if len(items) < min_items or workers < 2 or multiprocessing.current_process().daemon:
-        return fn(items)
+        return [fn(items)]
     size = -(-len(items) // (2 * workers))  # two slices a worker even out uneven slices
     slices = [items[start : start + size] for start in range(0, len(items), size)]
     pool = _executor(workers)
     with _caller_script_hidden():  # workers start on the first submits
         futures = [pool.submit(fn, part) for part in slices]
-    return [result for future in futures for result in future.result()]
+    return [future.result() for future in futures]
 
 
 def _executor(workers: int) -> ProcessPoolExecutor:

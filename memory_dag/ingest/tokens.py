@@ -132,6 +132,8 @@ def _count_whole(texts: list[str], encoding: tiktoken.Encoding) -> list[int]:
     def count(part: list[str]) -> list[int]:
         return [len(encode_ordinary(text)) for text in part]
 
+    if len(texts) < 2 * PARALLEL_MIN_TEXTS:  # before asking the OS for the cores: many calls
+        return count(texts)  # are of one sentence (the summarizer's)
     workers = min(usable_cpus(), len(texts) // PARALLEL_MIN_TEXTS)
     if workers < 2:
         return count(texts)
