@@ -4,9 +4,10 @@ Parsing transcripts, entity extraction, rule-based fact extraction and extractiv
 are Python, regular expressions and small numpy steps over independent items: threads would
 wait on the GIL, so `process_map` hands slices of the items to worker processes and returns
 the results in order, exactly what `fn(items)` gives (`process_slices`: one result a slice,
-for results that are cheaper to hand back whole, such as an Arrow table). Small batches and one-core machines stay in-process, and so
-does a daemonic process (a Celery worker's run process in a sharded deployment,
-deploy/local/): it may not start children, and its deployment runs one per core already.
+for results that are cheaper to hand back whole, such as an Arrow table). Small batches and
+one-core machines stay in-process, and so does a daemonic process (a Celery worker's run
+process in a sharded deployment, deploy/local/): it may not start children, and its
+deployment runs one per core already.
 
 The workers are forked from a fresh server process ("forkserver": this process runs DuckDB's,
 Polars' and Dagster's threads, which a plain `fork` would copy mid-flight) and kept for the
