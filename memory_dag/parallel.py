@@ -49,7 +49,11 @@ def process_map(
 
 
 def process_slices(
-    fn: Callable[[Sequence[T]], R], items: Sequence[T], *, min_items: int = MIN_ITEMS
+    fn: Callable[[Sequence[T]], R],
+    items: Sequence[T],
+    *,
+    min_items: int = MIN_ITEMS,
+    max_slice: int | None = None,
 ) -> list[R]:
     """`fn` of consecutive slices of `items`, in worker processes when `items` are many: one
     result a slice, in order (`[fn(items)]` when they stay in this process).
@@ -57,11 +61,14 @@ def process_slices(
     For results that cost less to hand back whole than item by item (an Arrow table of a
     slice's rows pickles in one piece; a table an item, at ~0.3 ms each, cost more than the
     work). `fn` must be a module-level function; its items and results must pickle.
+    `max_slice`: at most this many items a slice, so that a worker holds no more at once (a
+    worker keeps the memory its largest slice took).
     """
     workers = usable_cpus()
     if len(items) < min_items or workers < 2 or multiprocessing.current_process().daemon:
         return [fn(items)]
     size = -(-len(items) // (2 * workers))  # two slices a worker even out uneven slices
+    size = min(size, max_slice or size)
     slices = [items[start : start + size] for start in range(0, len(items), size)]
     pool = _executor(workers)
     with _caller_script_hidden():  # workers start on the first submits

@@ -139,6 +139,10 @@ def _same_stat(source_file: SourceFile, previous: tuple[str, float, int]) -> boo
 #: Below this many files to read, they are read in this process (the workers' start costs
 #: ~1 s, and a new session file or two is the usual change).
 READ_IN_WORKERS_MIN_FILES = 1_000
+#: Files a worker reads at a time, at most (~20k turns of 20-turn sessions): a worker keeps
+#: the memory its largest slice took (a quarter of a 1M-turn workspace each: ~1 GB between
+#: the two workers for the rest of the run).
+READ_SLICE_FILES = 1_000
 
 
 @dataclass(slots=True)
@@ -148,7 +152,16 @@ class ReadFile:
     those turns and the transcript's text (nothing after the parse reads them)."""
 
     parsed: ParsedFile
-    episodes: pa.Table | None = None
+    #: A transcript's turns are rows `first` to `first + turns` of `laid`, the table its worker
+    #: handed back for the slice of files it read (None: not a transcript).
+    laid: pa.Table | None = None
+    first: int = 0
+    turns: int = 0
+
+    @property
+    def episodes(self) -> pa.Table | None:
+        """The turn columns of this file's episodes (None: not a transcript)."""
+        return None if self.laid is None else self.laid.slice(self.first, self.turns)
 
     @property
     def file(self) -> SourceFile:
@@ -166,13 +179,16 @@ def read_files(files: Sequence[SourceFile]) -> list[ReadFile]:
     pickle back than to parse, and so does a table a file (~0.3 ms each).
     """
     read: list[ReadFile] = []
-    for part in process_slices(_read_slice, files, min_items=READ_IN_WORKERS_MIN_FILES):
+    slices = process_slices(
+        _read_slice, files, min_items=READ_IN_WORKERS_MIN_FILES, max_slice=READ_SLICE_FILES
+    )
+    for part in slices:
         offset = 0
         for parsed, turns in zip(part.parsed, part.turns, strict=True):
             if turns is None:
                 read.append(ReadFile(parsed))
             else:
-                read.append(ReadFile(parsed, part.episodes.slice(offset, turns)))
+                read.append(ReadFile(parsed, part.episodes, offset, turns))
                 offset += turns
     return read
 
@@ -208,8 +224,7 @@ def _read_slice(files: Sequence[SourceFile]) -> _ReadSlice:
 
 
 def _one_chunk(tables: list[pa.Table]) -> pa.Table:
-    """`tables` as one table of one chunk a column: DuckDB scans a table of many small chunks
-    several times slower, and a worker pickles it in one piece."""
+    """`tables` as one table of one chunk a column, which the worker pickles in one piece."""
     if not tables:
         return _EPISODE_TURN_SCHEMA.empty_table()
     return pa.concat_tables(tables).combine_chunks()
@@ -251,7 +266,7 @@ def _write_file_by_file(con: Any, parsed: list[ReadFile], deleted: list[str]) ->
             kept = item.parsed
             kept.text, kept.front_matter, kept.turns = None, {}, []
             kept.errors = [IngestError(item.file.rel_path, None, reason)]
-            item.episodes = None
+            item.laid = None
             _write_changes(con, [item], [item.file.rel_path])
     return episodes
 
@@ -272,7 +287,6 @@ def _write_parsed(con: Any, parsed: list[ReadFile]) -> int:
     now = _now()
     files_rows: list[dict[str, Any]] = []
     note_rows: list[dict[str, Any]] = []
-    episodes: list[pa.Table] = []
     error_rows: list[dict[str, Any]] = []
     for read in parsed:
         item, source_file = read.parsed, read.file
@@ -290,9 +304,7 @@ def _write_parsed(con: Any, parsed: list[ReadFile]) -> int:
                 "indexed_at": now,
             }
         )
-        if read.episodes is not None:
-            episodes.append(read.episodes)
-        elif source_file.kind != "transcript" and item.text is not None:
+        if source_file.kind != "transcript" and item.text is not None:
             note_rows.append(_note_row(item, conversation_id))
         error_rows.extend(
             {
@@ -306,7 +318,7 @@ def _write_parsed(con: Any, parsed: list[ReadFile]) -> int:
         )
     insert_arrow(con, "files", pa.Table.from_pylist(files_rows))
     insert_arrow(con, "notes", pa.Table.from_pylist(note_rows, schema=_NOTE_SCHEMA))
-    written = insert_arrow(con, "memories", _episode_rows(episodes, now))
+    written = insert_arrow(con, "memories", _episode_rows(parsed, now))
     insert_arrow(con, "ingest_errors", pa.Table.from_pylist(error_rows, schema=ERROR_SCHEMA))
     return written
 
@@ -325,10 +337,11 @@ def _file_scope(read: ReadFile) -> tuple[str | None, str | None]:
     return (str(conversation) if conversation is not None else None), None
 
 
-def _episode_rows(files: list[pa.Table], now: datetime) -> pa.Table:
+def _episode_rows(files: list[ReadFile], now: datetime) -> pa.Table:
     """The `memories` rows of the files' turns: their turn columns, and the columns that are
     the same in every row."""
-    turns = _one_chunk(files)
+    runs = _laid_runs(files)
+    turns = pa.concat_tables(runs) if runs else _EPISODE_TURN_SCHEMA.empty_table()
     rows = turns.num_rows
     constants = {**_EPISODE_CONSTANTS, "created_at": now}
     arrays = [
@@ -338,6 +351,22 @@ def _episode_rows(files: list[pa.Table], now: datetime) -> pa.Table:
         for field in _EPISODE_SCHEMA
     ]
     return pa.Table.from_arrays(arrays, schema=_EPISODE_SCHEMA)
+
+
+def _laid_runs(files: list[ReadFile]) -> list[pa.Table]:
+    """The files' turns in as few pieces as they allow, none copied: consecutive files of one
+    worker's slice are one slice of its table. DuckDB scans a few large pieces fast and many
+    small ones several times slower; a copy into one piece took 0.6 GB at 1M turns."""
+    runs: list[tuple[pa.Table, int, int]] = []  # table, first row, rows
+    for read in files:
+        if read.laid is None:
+            continue
+        if runs and runs[-1][0] is read.laid and sum(runs[-1][1:]) == read.first:
+            table, first, rows = runs[-1]
+            runs[-1] = (table, first, rows + read.turns)
+        else:
+            runs.append((read.laid, read.first, read.turns))
+    return [table.slice(first, rows) for table, first, rows in runs]
 
 
 class _EpisodeColumns:
