@@ -7,6 +7,7 @@ re-ingesting a file reproduces them; content hashes key the embedding cache.
 from __future__ import annotations
 
 import hashlib
+import os
 
 
 def digest(*parts: str) -> str:
@@ -22,6 +23,13 @@ def episode_id(path: str, turn_id: str) -> str:
 def chunk_id(path: str, file_hash: str, number: int) -> str:
     """Id of the `number`-th chunk (0-based) of one version of a file."""
     return "ch_" + digest(path, file_hash, str(number))[:20]
+
+
+def random_id(prefix: str) -> str:
+    """`prefix` and 20 random hex digits (80 bits): the id of a row the write path makes.
+    From `os.urandom` directly: `uuid4().hex[:20]` (76 random bits) builds a UUID object
+    first, ~4x the time, and a consolidation makes several ids a fact."""
+    return prefix + os.urandom(10).hex()
 
 
 def text_hash(text: str) -> str:

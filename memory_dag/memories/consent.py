@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memory_dag.config import Settings
+from memory_dag.ids import random_id
 from memory_dag.memories.categories import ConsentPolicy, load_categories
 from memory_dag.memories.facts import validate_fact
 from memory_dag.memories.reconcile import Decision, normalise_text
@@ -221,7 +221,7 @@ class ConsentGate:
             )
             proposal_id, signals = row["id"], row["signals"] + 1
         else:
-            proposal_id, signals = "cns_" + uuid.uuid4().hex[:20], 1
+            proposal_id, signals = random_id("cns_"), 1
             self._insert(proposal_id, change, now)
         self.writer.history(
             change.memory_id,

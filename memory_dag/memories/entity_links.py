@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +20,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from memory_dag.ids import random_id
 from memory_dag.memories.entities import (
     NAME_TYPES,
     EntityMention,
@@ -143,9 +143,7 @@ class EntityLinker:
         candidate_ids = set().union(*(self._entity_names.get(key, set()) for key in keys))
         known = resolve(mention, [entities[i] for i in sorted(candidate_ids)])
         if known is None:
-            entity = _Entity(
-                "ent_" + uuid.uuid4().hex[:20], mention.canonical, mention.type, [], new=True
-            )
+            entity = _Entity(random_id("ent_"), mention.canonical, mention.type, [], new=True)
             self._index_entity(entity)
             self._count("entities_created", 1)
         else:

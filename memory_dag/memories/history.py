@@ -8,7 +8,6 @@ statement costs milliseconds, so one per row would dominate a consolidation run.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from memory_dag.ids import random_id
 from memory_dag.store.connection import insert_arrow, registered, to_json
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -45,7 +45,7 @@ _CHANGE_LOG_SCHEMA = pa.schema(
 
 
 def _new_id(prefix: str) -> str:
-    return prefix + uuid.uuid4().hex[:20]
+    return random_id(prefix)
 
 
 class HistoryLog:

@@ -14,7 +14,6 @@ similar active facts of the same conversation.
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +21,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from memory_dag.ids import random_id
 from memory_dag.store.connection import registered
 
 #: Seed 003 §2: edges per new fact, and the least cosine for an edge (see module docstring).
@@ -86,7 +86,7 @@ def related_edges(
     now = datetime.now(UTC)
     return [
         {
-            "id": "rel_" + uuid.uuid4().hex[:20],
+            "id": random_id("rel_"),
             "from_id": memory_id,
             "to_id": facts.ids[position],
             "relation_type": RELATED_TO,

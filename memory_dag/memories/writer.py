@@ -32,7 +32,6 @@ with their concepts (`history.py`, `change_log.py`, `embed/cache.py`, `entity_li
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ import pyarrow as pa
 
 from memory_dag.embed.cache import VectorCache
 from memory_dag.embed.providers import EmbeddingProvider
+from memory_dag.ids import random_id
 from memory_dag.memories.categories import CategoryConfig, load_categories
 from memory_dag.memories.entity_links import EntityLinker
 from memory_dag.memories.history import HistoryLog
@@ -115,7 +115,7 @@ class MemoryOpError(ValueError):
 
 
 def new_memory_id(kind: str) -> str:
-    return _ID_PREFIX.get(kind, kind[:4] + "_") + uuid.uuid4().hex[:20]
+    return random_id(_ID_PREFIX.get(kind, kind[:4] + "_"))
 
 
 class Clock:
@@ -444,7 +444,7 @@ class MemoryWriter:
         Inside a transaction it is written at commit, with the transaction's other rows."""
         self._events.append(
             {
-                "id": "evt_" + uuid.uuid4().hex[:20],
+                "id": random_id("evt_"),
                 "conversation_id": conversation_id,
                 "node": node,
                 "op": op,
