@@ -1,9 +1,9 @@
 """Work shared by worker processes gives the store that one process gives.
 
 Reading the files, fact rules, entity extraction and extractive summaries of many items run
-in worker processes (`memory_dag/parallel.py`), and the summaries stage reads, summarizes and writes
-groups of conversations (`refresh.GROUP_TURNS`). A store built that way is compared, table by
-table (`tests/store_snapshot.py`), with one built in this process alone, in one group.
+in worker processes (`memory_dag/parallel.py`), and the summaries stage reads, summarizes and
+writes groups of conversations (`refresh.GROUP_TURNS`). A store built that way is compared,
+table by table (`tests/store_snapshot.py`), with one built in this process alone, in one group.
 """
 
 from __future__ import annotations

@@ -328,7 +328,8 @@ def _file_scope(read: ReadFile) -> tuple[str | None, str | None]:
     if item.file.kind == "transcript":
         session = item.file.path.stem
         turns = read.episodes
-        conversation = turns["conversation_id"][0].as_py() if turns and turns.num_rows else None
+        has_turns = turns is not None and turns.num_rows > 0
+        conversation = turns["conversation_id"][0].as_py() if has_turns else None
         if conversation is None:
             parent = item.file.rel_path.split("/")[1:-1]
             conversation = "/".join(parent) or None
