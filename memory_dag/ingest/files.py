@@ -59,7 +59,6 @@ def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
 
         parsed: list[ReadFile] = []
         touched: list[tuple[str, float]] = []  # same content, new mtime
-        unchanged = 0
         to_read = [
             source_file
             for source_file in discovered
@@ -67,7 +66,7 @@ def sync_files(settings: Settings, *, force: bool = False) -> StageReport:
             or (previous := known.get(source_file.rel_path)) is None
             or not _same_stat(source_file, previous)
         ]
-        unchanged += len(discovered) - len(to_read)
+        unchanged = len(discovered) - len(to_read)
         for result in read_files(to_read):
             previous = known.get(result.file.rel_path)
             if previous is not None and previous[0] == result.parsed.hash and not force:
@@ -205,7 +204,7 @@ class _ReadSlice:
 
 def _read_slice(files: Sequence[SourceFile]) -> _ReadSlice:
     parsed: list[ParsedFile] = []
-    tables: list[pa.Table] = []
+    episodes = _EpisodeColumns()  # every transcript's turns of the slice, file after file
     turns: list[int | None] = []
     for source_file in files:
         item = _read(source_file)
@@ -215,19 +214,11 @@ def _read_slice(files: Sequence[SourceFile]) -> _ReadSlice:
             continue
         # The id collisions join the file's errors: the report shows them, `ingest_errors`
         # keeps them.
-        episodes = _EpisodeColumns()
+        before = episodes.rows()
         episodes.add(item.file.rel_path, item.turns, item.errors)
+        turns.append(episodes.rows() - before)
         item.turns, item.text = [], None
-        tables.append(episodes.turn_table())
-        turns.append(tables[-1].num_rows)
-    return _ReadSlice(parsed, _one_chunk(tables), turns)
-
-
-def _one_chunk(tables: list[pa.Table]) -> pa.Table:
-    """`tables` as one table of one chunk a column, which the worker pickles in one piece."""
-    if not tables:
-        return _EPISODE_TURN_SCHEMA.empty_table()
-    return pa.concat_tables(tables).combine_chunks()
+    return _ReadSlice(parsed, episodes.turn_table(), turns)
 
 
 def _read(source_file: SourceFile) -> ParsedFile:
@@ -362,11 +353,12 @@ def _laid_runs(files: list[ReadFile]) -> list[pa.Table]:
     for read in files:
         if read.laid is None:
             continue
-        if runs and runs[-1][0] is read.laid and sum(runs[-1][1:]) == read.first:
+        if runs:
             table, first, rows = runs[-1]
-            runs[-1] = (table, first, rows + read.turns)
-        else:
-            runs.append((read.laid, read.first, read.turns))
+            if table is read.laid and first + rows == read.first:  # the next rows of a run
+                runs[-1] = (table, first, rows + read.turns)
+                continue
+        runs.append((read.laid, read.first, read.turns))
     return [table.slice(first, rows) for table, first, rows in runs]
 
 
@@ -410,8 +402,11 @@ class _EpisodeColumns:
             columns["event_time"].append(turn.event_time)
             columns["user_id"].append(turn.user_id)
 
+    def rows(self) -> int:
+        return len(self.columns["id"])
+
     def turn_table(self) -> pa.Table:
-        """The gathered turn columns (`_EPISODE_TURN_SCHEMA`)."""
+        """The gathered turn columns (`_EPISODE_TURN_SCHEMA`), one chunk a column."""
         arrays = [
             pa.array(self.columns[field.name], type=field.type) for field in _EPISODE_TURN_SCHEMA
         ]

@@ -132,9 +132,10 @@ def _count_whole(texts: list[str], encoding: tiktoken.Encoding) -> list[int]:
     def count(part: list[str]) -> list[int]:
         return [len(encode_ordinary(text)) for text in part]
 
-    if len(texts) < 2 * PARALLEL_MIN_TEXTS:  # before asking the OS for the cores: many calls
-        return count(texts)  # are of one sentence (the summarizer's)
-    workers = min(usable_cpus(), len(texts) // PARALLEL_MIN_TEXTS)
+    parts = len(texts) // PARALLEL_MIN_TEXTS
+    # The cores are asked for (a system call) only when there is enough to share: most calls
+    # count one sentence (the summarizer's).
+    workers = min(usable_cpus(), parts) if parts >= 2 else 1
     if workers < 2:
         return count(texts)
     size = math.ceil(len(texts) / workers)

@@ -44,10 +44,6 @@ _CHANGE_LOG_SCHEMA = pa.schema(
 )
 
 
-def _new_id(prefix: str) -> str:
-    return random_id(prefix)
-
-
 class HistoryLog:
     """History and change-log rows of one writer transaction, and the revision counters.
 
@@ -83,7 +79,7 @@ class HistoryLog:
         self._guard()
         self._history.append(
             {
-                "id": _new_id("hist_"),
+                "id": random_id("hist_"),
                 "memory_id": memory_id,
                 "event": event,
                 "old_ref": old_ref,
@@ -117,7 +113,7 @@ class HistoryLog:
         rev = self._revisions[conversation]
         self._changes.append(
             {
-                "id": _new_id("chg_"),
+                "id": random_id("chg_"),
                 "conversation_id": conversation,
                 "rev": rev,
                 "memory_id": memory_id,

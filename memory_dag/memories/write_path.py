@@ -593,8 +593,8 @@ def _prefetch_window(
 ) -> int:
     """Look up, in one query each, what the sessions from `start` on would look up one by one:
     their owners' facts and their candidates' cached vectors; returns where the window ends.
-    The candidates not cached are embedded in one call too (~5x less than session by
-    session: the embedder's cost is mostly per call for a session's few facts).
+    The candidates not cached are embedded in one call (~5x less than session by session: the
+    embedder's cost is mostly per call for a session's few facts).
 
     A window, not every remaining session: each batch has a new writer, and looking up all
     that is left at every batch grew with the square of the corpus (a long run has hundreds of
@@ -607,9 +607,7 @@ def _prefetch_window(
         end += 1
     window = [turn for session in due[start:end] for turn in pending[session.path]]
     writer.prefetch_facts(owner_key(t.user_id, t.conversation_id) for t in window)
-    candidates = [c.text for t in window for c in extracted[t.key][0]]
-    writer.prefetch_vectors(candidates)
-    writer.embed(candidates)
+    writer.embed([c.text for t in window for c in extracted[t.key][0]])
     return end
 
 

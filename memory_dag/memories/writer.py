@@ -271,10 +271,6 @@ class MemoryWriter:
         """Vectors of `texts`, from the embedding cache when present; new ones are cached."""
         return self._vectors.embed(texts, defer=self._in_transaction)
 
-    def prefetch_vectors(self, texts: Sequence[str]) -> None:
-        """Look these texts up in the embedding cache at once, before embedding them in parts."""
-        self._vectors.prefetch(texts)
-
     def facts(self, owner: str) -> FactSet:
         """The active facts of one owner (`scope.owner_key`: a user, else a conversation)."""
         if owner not in self._fact_sets:
