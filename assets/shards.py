@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -30,12 +29,7 @@ from pydantic import PrivateAttr
 from assets.jobs import ingest_job
 from assets.resources import MemoryStoreResource
 from memory_dag.config import Settings
-from memory_dag.ingest.watch import (
-    WorkspaceChanges,
-    rescan_once_settled,
-    scan_workspace,
-    state_fingerprint,
-)
+from memory_dag.ingest.watch import state_fingerprint
 from memory_dag.store.shards import (
     SHARD_TAG,
     shard_count,
@@ -154,47 +148,28 @@ def shard_workspace_sensor(
     context: dg.SensorEvaluationContext, memory: MemoryStoreResource
 ) -> dg.SensorResult:
     """Filesystem only (never DuckDB): route, then watch each shard's workspace like
-    `workspace_sensor` watches the one workspace; the run key is shard + its files' version."""
+    `workspace_sensor` watches the one workspace; the run key is shard + its files' version.
+    The shards with the most changed bytes are asked for first (`ShardLook.changed_shards`)."""
     # Imported here: routing reads files, which the code server never needs at load time.
-    from memory_dag.ingest.routing import route_workspace
-    from memory_dag.store.shards import all_shard_settings
+    from memory_dag.ingest.routing import look_at_shards
 
-    settings = memory.settings()
-    route_workspace(settings)
     previous = json.loads(context.cursor) if context.cursor else {}
-
-    def scan_shards() -> dict[str, tuple[WorkspaceChanges, dict]]:
-        return {
-            shard_key(number): scan_workspace(
-                Path(shard.workspace),
-                previous.get(shard_key(number), {}),
-                debounce_seconds=DEBOUNCE_SECONDS,
-                extra_roots=shard.workspace_extra_roots,
-            )
-            for number, shard in enumerate(all_shard_settings(settings))
-        }
-
-    scans = rescan_once_settled(
-        scan_shards,
-        settling=lambda scanned: any(changes.settling for changes, _ in scanned.values()),
-        debounce_seconds=DEBOUNCE_SECONDS,
-    )
-    cursor: dict[str, Any] = {key: state for key, (_, state) in scans.items()}
+    look = look_at_shards(memory.settings(), previous, debounce_seconds=DEBOUNCE_SECONDS)
     requests = [
         dg.RunRequest(
-            run_key=f"{key}-{state_fingerprint(state)}",
+            run_key=f"{key}-{state_fingerprint(look.shards[key].state)}",
             partition_key=key,
-            tags={SHARD_TAG: key, "memory_dag/changes": changes.summary()},
+            tags={SHARD_TAG: key, "memory_dag/changes": look.shards[key].changes.summary()},
         )
-        for key, (changes, state) in scans.items()
-        if changes.any
+        for key in look.changed_shards()
     ]
     if requests:
         context.log.info(f"shards changed: {', '.join(r.partition_key or '' for r in requests)}")
+    skip_reason = "no shard changed" if look.routed else "the workspace is unchanged"
     return dg.SensorResult(
         run_requests=requests,
-        cursor=json.dumps(cursor, sort_keys=True),
-        skip_reason=None if requests else "no shard changed",
+        cursor=json.dumps(look.cursor, sort_keys=True),
+        skip_reason=None if requests else skip_reason,
     )
 
 

@@ -2,7 +2,10 @@
 the nightly maintenance time per shard, and the routed search latency.
 
     python benchmarks/scale.py [--users-per-shard 12] [--sessions 4] [--turns 60]
-                               [--cores-per-worker 1] [--out FILE]
+                               [--cores-per-worker 1] [--workers 1,2] [--out FILE]
+
+`--workers 1,2,1,2` alternates the settings (the machine's speed drifts during a run); the
+speed-up is then the ratio of the medians.
 
 For each worker count: a fresh PostgreSQL + Redis (deploy/local/start.sh), a fresh Dagster
 instance (deploy/local/dagster.yaml, `max_concurrent_runs` = workers), the daemon and the
@@ -216,9 +219,8 @@ def wait_for_first_sensor_tick(instance: dg.DagsterInstance, timeout: float = 18
     raise TimeoutError("the shard sensor was never evaluated")
 
 
-def one_setting(workers: int, names: list[str], args: argparse.Namespace, root: Path) -> dict:
+def one_setting(workers: int, names: list[str], args: argparse.Namespace, folder: Path) -> dict:
     """Ingest the corpus with `workers` Celery workers; then the nightly job of every shard."""
-    folder = root / f"workers-{workers}"
     servers_dir, servers = start_servers()
     data = folder / "data"
     incoming = folder / "incoming"  # written beside the workspace, moved in once it is whole
@@ -414,10 +416,15 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="memory-dag-scale-"))
     load = os.getloadavg()
     counts = [int(count) for count in args.workers.split(",")]
-    results = [one_setting(workers, names, args, root) for workers in counts]
+    results = [
+        one_setting(workers, names, args, root / f"setting-{number}-workers-{workers}")
+        for number, workers in enumerate(counts, start=1)
+    ]
     latency = search_latency(Path(results[-1]["data"]), names)
     served = service_search_latency(Path(results[-1]["data"]), names)
-    by_workers = {result["workers"]: result for result in results}
+    by_workers: dict[int, list[dict]] = {}
+    for result in results:
+        by_workers.setdefault(result["workers"], []).append(result)
     last = results[-1]
     lines = [
         f"benchmarks/scale.py  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "
@@ -455,11 +462,18 @@ def main() -> int:
             f" s): " + ", ".join(f"{role} {seconds}" for role, seconds in spent.items())
         )
     if 1 in by_workers and 2 in by_workers:
-        one, two = by_workers[1], by_workers[2]
+
+        def median_of(workers: int, key: str) -> float:
+            return statistics.median(result[key] for result in by_workers[workers])
+
+        ingest = median_of(1, "ingest_seconds") / median_of(2, "ingest_seconds")
+        nightly = median_of(1, "nightly_all_shards_seconds") / median_of(
+            2, "nightly_all_shards_seconds"
+        )
+        repeats = len(by_workers[1]) + len(by_workers[2])
         lines.append(
-            f"speed-up with 2 workers: ingest {one['ingest_seconds'] / two['ingest_seconds']:.2f}x"
-            f", nightly "
-            f"{one['nightly_all_shards_seconds'] / two['nightly_all_shards_seconds']:.2f}x"
+            f"speed-up with 2 workers: ingest {ingest:.2f}x, nightly {nightly:.2f}x"
+            + (" (medians of the settings above)" if repeats > 2 else "")
         )
     for result in results if args.verify else []:
         lines.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,18 @@ def settings(tmp_path: Path, workspace: Path) -> Settings:
         db_path=tmp_path / "store" / "memory.duckdb",
         index_dir=tmp_path / "store" / "index",
     )
+
+
+@pytest.fixture(autouse=True)
+def no_defs_state_storage_left_behind() -> Iterator[None]:
+    """Each test starts without the Dagster instance another test entered last.
+
+    Dagster keeps the entered instance's definitions-state storage in a context variable, and an
+    instance entered while a sensor is evaluated is never left: definitions loaded by the next
+    test then read that instance's deleted SQLite file ("unable to open database file").
+    """
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    token = _current_storage.set(None)
+    yield
+    _current_storage.reset(token)

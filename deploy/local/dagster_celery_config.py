@@ -2,7 +2,10 @@
 imports a module of this name when it is on PYTHONPATH). The broker and the result backend are
 the Redis of deploy/local/start.sh, or any Redis named by MEMORY_DAG_REDIS_URL."""
 
+import logging
 import os
+
+from celery.signals import worker_process_init
 
 broker_url = os.environ.get("MEMORY_DAG_REDIS_URL", "redis://127.0.0.1:63799/0")
 result_backend = broker_url
@@ -16,3 +19,15 @@ task_default_queue = "dagster"
 worker_prefetch_multiplier = 1
 task_acks_late = True
 broker_connection_retry_on_startup = True
+
+# Each worker process warms up as it starts (imports the stage modules, loads the embedding
+# model: memory_dag/warm_up.py), so its first run does not pay ~2.5 s for it. Celery gives a
+# starting process 4 s to say it is alive; a warm-up on a loaded machine may take longer.
+worker_proc_alive_timeout = 60
+
+
+@worker_process_init.connect
+def warm_up_worker_process(**_: object) -> None:
+    from memory_dag.warm_up import warm_up
+
+    logging.getLogger(__name__).info("warmed up in %.1f s", warm_up())

@@ -81,11 +81,17 @@ pidfile = $DIR/bouncer/pgbouncer.pid
 INI
   [[ "$(id -u)" == 0 ]] && chown -R postgres "$DIR/bouncer"
   "${as_owner[@]}" pgbouncer -d -q "$DIR/bouncer/pgbouncer.ini"
+  bouncer_up=""
   for _ in $(seq 50); do
     "$PGBIN/psql" -h 127.0.0.1 -p "$BOUNCER_PORT" -U dagster -d dagster -tAc "SELECT 1" \
-      >/dev/null 2>&1 && break
+      >/dev/null 2>&1 && bouncer_up=1 && break
     sleep 0.1
   done
+  if [[ -z "$bouncer_up" ]]; then
+    echo "start.sh: PgBouncer does not answer on 127.0.0.1:$BOUNCER_PORT (port taken?);" \
+      "see $DIR/bouncer/pgbouncer.log" >&2
+    exit 4
+  fi
   DAGSTER_PORT=$BOUNCER_PORT
 else
   echo "start.sh: pgbouncer not found (apt-get install pgbouncer): Dagster connects to" \
@@ -94,10 +100,16 @@ fi
 
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$DIR" --daemonize yes \
   --pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log" --save "" --appendonly no
+redis_up=""
 for _ in $(seq 50); do
-  redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break
+  redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && redis_up=1 && break
   sleep 0.1
 done
+if [[ -z "$redis_up" ]]; then
+  echo "start.sh: Redis does not answer on 127.0.0.1:$REDIS_PORT (port taken?);" \
+    "see $DIR/redis.log" >&2
+  exit 4
+fi
 
 cat >"$DIR/env" <<ENV
 export PGHOST=127.0.0.1 PGPORT=$PGPORT PGUSER=dagster PGDATABASE=dagster

@@ -15,22 +15,29 @@ from __future__ import annotations
 import os
 import shutil
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from memory_dag.config import Settings
 from memory_dag.ingest.sources import SourceFile, discover_files, read_source
+from memory_dag.ingest.watch import FileState, WorkspaceChanges, rescan_once_settled, scan_workspace
 from memory_dag.reports import StageReport, StageTimer
 from memory_dag.store.shards import (
+    all_shard_settings,
     conversation_key,
     layout_file,
     read_routes,
     shard_count,
+    shard_key,
     shard_of,
     shard_settings,
     user_key,
     write_layout,
     write_routes,
 )
+
+#: The shard sensor's cursor entry for the workspace itself (the others are `shard-00` …).
+WORKSPACE_CURSOR_KEY = "workspace"
 
 
 def transcript_conversation(rel_path: str) -> str | None:
@@ -189,3 +196,83 @@ def _remove_others(root: Path, wanted: set[str]) -> int:
             path.unlink()
             removed += 1
     return removed
+
+
+@dataclass
+class ShardChanges:
+    """What one shard's ingest must pick up, and the shard workspace's state to remember."""
+
+    changes: WorkspaceChanges
+    state: FileState
+
+    @property
+    def changed_bytes(self) -> int:
+        """Bytes of the new and changed files: how long the shard's run will take, roughly."""
+        return sum(self.state[key][0] for key in self.changes.new + self.changes.changed)
+
+
+@dataclass
+class ShardLook:
+    """One look of the shard sensor: each shard's changes (by shard key) and the next cursor."""
+
+    shards: dict[str, ShardChanges]
+    cursor: dict[str, FileState]
+    #: False when the workspace was unchanged and routing and the shard scans were skipped.
+    routed: bool
+
+    def changed_shards(self) -> list[str]:
+        """The shards that need an ingest run, the most changed bytes first.
+
+        Runs start in the order they are asked for, so the longest go first and a short one
+        fills the last gap: with two workers and eight shards of 4-9 s, asking in shard order
+        left one worker idle for the last 3.5 s (benchmarks/scale.py, 2026-11-27).
+        """
+        changed = [key for key, shard in self.shards.items() if shard.changes.any]
+        return sorted(changed, key=lambda key: (-self.shards[key].changed_bytes, key))
+
+
+def look_at_shards(
+    settings: Settings, cursor: dict[str, FileState], *, debounce_seconds: float
+) -> ShardLook:
+    """Route the workspace into its shards and scan each shard's workspace (the shard sensor).
+
+    Routing and the shard scans stat every file twice more than a scan of the workspace does:
+    ~0.5 CPU s a look at 100k turns, every 5 s, on the cores the shards' runs need. A look that
+    finds the workspace as it was (same files, sizes and times) and the same shards skips both:
+    only routing writes the shard workspaces, so they are as the last look left them.
+    """
+    keys = [shard_key(number) for number in range(shard_count(settings))]
+    workspace_changes, workspace_state = scan_workspace(
+        Path(settings.workspace),
+        cursor.get(WORKSPACE_CURSOR_KEY, {}),
+        debounce_seconds=debounce_seconds,
+        extra_roots=settings.workspace_extra_roots,
+        hash_new=False,  # routing reads new files anyway; the shard scans hash them
+    )
+    unchanged = not (workspace_changes.any or workspace_changes.settling)
+    if unchanged and set(cursor) == {WORKSPACE_CURSOR_KEY, *keys}:
+        # A touched file (same bytes, new time) updates the workspace's entry only.
+        return ShardLook({}, {**cursor, WORKSPACE_CURSOR_KEY: workspace_state}, routed=False)
+
+    route_workspace(settings)
+
+    def scan_shards() -> dict[str, ShardChanges]:
+        return {
+            key: ShardChanges(
+                *scan_workspace(
+                    Path(shard.workspace),
+                    cursor.get(key, {}),
+                    debounce_seconds=debounce_seconds,
+                    extra_roots=shard.workspace_extra_roots,
+                )
+            )
+            for key, shard in zip(keys, all_shard_settings(settings), strict=True)
+        }
+
+    shards = rescan_once_settled(
+        scan_shards,
+        settling=lambda scanned: any(shard.changes.settling for shard in scanned.values()),
+        debounce_seconds=debounce_seconds,
+    )
+    next_cursor = {key: shard.state for key, shard in shards.items()}
+    return ShardLook(shards, {WORKSPACE_CURSOR_KEY: workspace_state, **next_cursor}, routed=True)

@@ -44,8 +44,15 @@ def start_servers() -> tuple[Path, dict[str, str]]:
     # Not under pytest's 0700 temp folders: as root, PostgreSQL runs as the postgres user.
     folder = Path(tempfile.mkdtemp(prefix="memory-dag-servers-"))
     folder.chmod(0o755)
-    env = {**os.environ, "PGPORT": str(free_port()), "REDIS_PORT": str(free_port())}
-    subprocess.run([LOCAL / "start.sh", folder], env=env, check=True, capture_output=True)
+    ports: dict[str, str] = {}
+    while len(set(ports.values())) < 3:  # three different ports
+        ports = {name: str(free_port()) for name in ("PGPORT", "BOUNCER_PORT", "REDIS_PORT")}
+    started = subprocess.run(
+        [LOCAL / "start.sh", folder], env={**os.environ, **ports}, capture_output=True, text=True
+    )
+    if started.returncode != 0:
+        stop_servers(folder)  # what did start
+        raise RuntimeError(f"deploy/local/start.sh failed: {started.stderr.strip()}")
     values = {}
     for line in (folder / "env").read_text().split("export ")[1:]:
         for pair in line.split():

@@ -146,6 +146,8 @@ def test_eight_shards_run_side_by_side_one_writer_each_and_equal_single_stores(d
 
     runs = instance.get_runs()
     assert ingested() == [shard_key(s) for s in range(SHARDS)]
+    for worker in ("worker1", "worker2"):  # deploy/local/dagster_celery_config.py
+        assert "warmed up in" in (tmp_path / f"{worker}.log").read_text(), worker
     failed = [r.run_id for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
     assert not failed, failed
     messages = [

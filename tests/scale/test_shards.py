@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import duckdb
 import pytest
 
 from memory_dag.config import Settings
-from memory_dag.ingest.routing import route_workspace
+from memory_dag.ingest.routing import look_at_shards, route_workspace
 from memory_dag.pipeline import run_all
 from memory_dag.store.reshard import reshard, row_digests
 from memory_dag.store.shards import (
@@ -122,6 +123,62 @@ def test_routing_links_each_conversation_into_one_shard(tmp_path: Path, monkeypa
     (workspace / f"sessions/conv-{users[0]}/2026-10-01.jsonl").unlink()
     again = route_workspace(settings)
     assert again.counts["unlinked"] == 1 and not linked.exists()
+
+
+def _dated_back(root: Path) -> None:
+    """Date every file a minute back: a look leaves files still being written for later."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            stamp = path.stat().st_mtime - 60
+            os.utime(path, (stamp, stamp))
+
+
+def test_a_look_routes_only_when_the_workspace_changed_and_asks_the_biggest_shard_first(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv(SHARDS_ENV, "4")
+    workspace = tmp_path / "ws"
+    users = write_corpus(workspace, users=8)
+    # One user with much more to ingest than any other: that user's shard goes first.
+    big = workspace / "sessions" / f"conv-{users[5]}" / "2026-10-01.jsonl"
+    big.write_text(big.read_text() * 40)
+    _dated_back(workspace)
+    settings = Settings(workspace=workspace, db_path=tmp_path / "memory.duckdb")
+
+    first = look_at_shards(settings, {}, debounce_seconds=1.5)
+    assert first.routed
+    changed = first.changed_shards()
+    assert sorted(changed) == [f"shard-{n:02d}" for n in range(4)]  # every shard has files
+    sizes = [first.shards[key].changed_bytes for key in changed]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[1]
+    assert changed[0] == f"shard-{shard_of(f'user:{users[5]}', 4):02d}"
+    biggest = (tmp_path / "shards" / f"{changed[0]}.workspace").rglob("*")
+    assert sizes[0] == sum(p.stat().st_size for p in biggest if p.is_file())
+
+    # Nothing changed: no routing, no run, the shards' states kept.
+    quiet = look_at_shards(settings, first.cursor, debounce_seconds=1.5)
+    assert not quiet.routed and not quiet.changed_shards()
+    assert {key: quiet.cursor[key] for key in changed} == {
+        key: first.cursor[key] for key in changed
+    }
+    # A file touched with the same bytes asks for no run.
+    os.utime(workspace / "MEMORY.md", (1e9, 1e9))
+    assert not look_at_shards(settings, quiet.cursor, debounce_seconds=1.5).changed_shards()
+
+    # A new file is routed and asks for its owner's shard only.
+    new = workspace / "sessions" / f"conv-{users[2]}" / "2026-10-09.jsonl"
+    new.write_text((workspace / "sessions" / f"conv-{users[2]}" / "2026-10-01.jsonl").read_text())
+    _dated_back(new.parent)
+    later = look_at_shards(settings, quiet.cursor, debounce_seconds=1.5)
+    assert later.routed
+    assert later.changed_shards() == [f"shard-{shard_of(f'user:{users[2]}', 4):02d}"]
+    assert later.shards[later.changed_shards()[0]].changes.new == [
+        f"sessions/conv-{users[2]}/2026-10-09.jsonl"
+    ]
+    # A cursor of another shard count (a re-shard) routes again, whatever the workspace says.
+    monkeypatch.setenv(SHARDS_ENV, "2")
+    write_layout(settings, 2)
+    assert look_at_shards(settings, later.cursor, debounce_seconds=1.5).routed
 
 
 def _build(settings: Settings) -> None:
