@@ -4,6 +4,7 @@ loses nothing on bad input, and leaves the last good index readable after a cras
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -266,3 +267,41 @@ def test_unreadable_and_binary_files_are_recorded(settings: Settings, workspace:
     assert "empty" in reasons["memory/empty.md"]
     # The good files are all there.
     assert counts(settings, "SELECT count(*) FROM chunks WHERE path = 'MEMORY.md'")[0][0] >= 1
+
+
+def test_chunks_commit_a_group_of_files_at_a_time_and_a_cut_run_resumes(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that fails in its second group keeps the first group's chunks, marked done; the
+    next run chunks the rest, and the store equals one chunked in a single run."""
+    from memory_dag.ingest import chunks as chunk_stage
+
+    sync_files(settings)
+    reference = settings.model_copy(update={"db_path": tmp_path / "reference.duckdb"})
+    shutil.copy(settings.db_path, reference.db_path)
+    build_chunks(reference)
+
+    monkeypatch.setattr(chunk_stage, "CHUNK_FILES_BATCH", 2)
+    chunk_group = chunk_stage._chunk_group
+    groups: list[int] = []
+
+    def second_group_fails(con, group, *args):  # noqa: ANN001, ANN202
+        groups.append(len(group))
+        if len(groups) == 2:
+            raise RuntimeError("the process dies in the second group")
+        return chunk_group(con, group, *args)
+
+    monkeypatch.setattr(chunk_stage, "_chunk_group", second_group_fails)
+    with pytest.raises(RuntimeError, match="second group"):
+        build_chunks(settings)
+    done = counts(settings, "SELECT path FROM files WHERE chunked_hash = hash ORDER BY path")
+    assert len(done) == 2  # the first group, committed
+    chunked = counts(settings, "SELECT DISTINCT path FROM chunks ORDER BY path")
+    assert set(chunked) <= set(done) and chunked
+
+    monkeypatch.setattr(chunk_stage, "_chunk_group", chunk_group)
+    rest = build_chunks(settings)
+    assert rest.counts["files_chunked"] == len(counts(settings, "SELECT path FROM files")) - 2
+    columns = "id, path, start_line, end_line, hash, text, search_text, tokens, turn_ids"
+    query = f"SELECT {columns} FROM chunks ORDER BY id"
+    assert counts(settings, query) == counts(reference, query)
