@@ -21,7 +21,7 @@ task_acks_late = True
 broker_connection_retry_on_startup = True
 
 # Each worker process warms up as it starts (imports the stage modules, loads the embedding
-# model: memory_dag/warm_up.py), so its first run does not pay ~2.5 s for it. Celery gives a
+# model: memory_dag/warm_up.py), so its first run does not pay ~1.3 s for it. Celery gives a
 # starting process 4 s to say it is alive; a warm-up on a loaded machine may take longer.
 worker_proc_alive_timeout = 60
 
