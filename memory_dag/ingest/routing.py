@@ -223,9 +223,9 @@ class ShardLook:
     def changed_shards(self) -> list[str]:
         """The shards that need an ingest run, the most changed bytes first.
 
-        Runs start in the order they are asked for, so the longest go first and a short one
-        fills the last gap: with two workers and eight shards of 4-9 s, asking in shard order
-        left one worker idle for the last 3.5 s (benchmarks/scale.py, 2026-11-27).
+        Runs start in the order they are asked for, so the longest go first and short ones
+        fill the last gaps: with two workers and eight shards of 4-9 s, asking in shard order
+        once left one worker idle for the last 3.5 s (benchmarks/scale.py, 2026-11-27).
         """
         changed = [key for key, shard in self.shards.items() if shard.changes.any]
         return sorted(changed, key=lambda key: (-self.shards[key].changed_bytes, key))
