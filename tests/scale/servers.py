@@ -51,7 +51,7 @@ def start_servers() -> tuple[Path, dict[str, str]]:
         [LOCAL / "start.sh", folder], env={**os.environ, **ports}, capture_output=True, text=True
     )
     if started.returncode != 0:
-        stop_servers(folder)  # what did start
+        stop_servers(folder, keep_logs=True)  # what did start; the message names its logs
         raise RuntimeError(f"deploy/local/start.sh failed: {started.stderr.strip()}")
     values = {}
     for line in (folder / "env").read_text().split("export ")[1:]:
@@ -61,9 +61,10 @@ def start_servers() -> tuple[Path, dict[str, str]]:
     return folder, values
 
 
-def stop_servers(folder: Path) -> None:
+def stop_servers(folder: Path, *, keep_logs: bool = False) -> None:
     subprocess.run([LOCAL / "stop.sh", folder], capture_output=True)
-    shutil.rmtree(folder, ignore_errors=True)
+    if not keep_logs:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from memory_dag.store.shards import (
     write_layout,
 )
 from tests.scale.corpus import built_shards, write_corpus
+from tests.scale.test_shard_assets import settle
 from tests.store_snapshot import differences, store_tables
 
 
@@ -125,14 +126,6 @@ def test_routing_links_each_conversation_into_one_shard(tmp_path: Path, monkeypa
     assert again.counts["unlinked"] == 1 and not linked.exists()
 
 
-def _dated_back(root: Path) -> None:
-    """Date every file a minute back: a look leaves files still being written for later."""
-    for path in root.rglob("*"):
-        if path.is_file():
-            stamp = path.stat().st_mtime - 60
-            os.utime(path, (stamp, stamp))
-
-
 def test_a_look_routes_only_when_the_workspace_changed_and_asks_the_biggest_shard_first(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -142,7 +135,7 @@ def test_a_look_routes_only_when_the_workspace_changed_and_asks_the_biggest_shar
     # One user with much more to ingest than any other: that user's shard goes first.
     big = workspace / "sessions" / f"conv-{users[5]}" / "2026-10-01.jsonl"
     big.write_text(big.read_text() * 40)
-    _dated_back(workspace)
+    settle(workspace)
     settings = Settings(workspace=workspace, db_path=tmp_path / "memory.duckdb")
 
     first = look_at_shards(settings, {}, debounce_seconds=1.5)
@@ -168,7 +161,7 @@ def test_a_look_routes_only_when_the_workspace_changed_and_asks_the_biggest_shar
     # A new file is routed and asks for its owner's shard only.
     new = workspace / "sessions" / f"conv-{users[2]}" / "2026-10-09.jsonl"
     new.write_text((workspace / "sessions" / f"conv-{users[2]}" / "2026-10-01.jsonl").read_text())
-    _dated_back(new.parent)
+    settle(new.parent)
     later = look_at_shards(settings, quiet.cursor, debounce_seconds=1.5)
     assert later.routed
     assert later.changed_shards() == [f"shard-{shard_of(f'user:{users[2]}', 4):02d}"]
