@@ -16,7 +16,10 @@ once) until every shard's ingest run succeeded (the whole ingest job: files, chu
 entities, the shard's conversation summaries, embeddings, indexes, with every check).
 Then one `maintenance_job` run per shard is submitted (`dagster job launch`, all at once; the
 queue runs as many at a time as there are workers); each run's duration and the span from the
-first start to the last end are read from the instance.
+first start to the last end are read from the instance. Also printed from the instance: each
+run's asked-for / started / ended times, each step's seconds summed over a setting's runs,
+and the speed-up of the runs alone (first run asked for → last run ended: without the wait
+for the shard sensor's tick, which no worker count shortens).
 
 Each worker is held to its own `--cores-per-worker` cores (`taskset`; worker i gets cores
 i*c .. i*c+c-1), as one worker machine or one pod with a CPU limit would be: the speed-up of 2
@@ -49,6 +52,7 @@ import dagster as dg  # noqa: E402
 import psutil  # noqa: E402
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus  # noqa: E402
 from serving import memory_dag_serve  # noqa: E402
+from whole_graph import run_step_spans  # noqa: E402
 
 from memory_dag.config import Settings  # noqa: E402
 from memory_dag.index.search import search  # noqa: E402
@@ -147,6 +151,31 @@ def timeline(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], since: flo
         f"{record.create_timestamp.timestamp() - since:.1f}/{start - since:.1f}/"
         f"{(record.end_time or start) - since:.1f}"
         for start, record in rows
+    )
+
+
+def runs_span(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> float:
+    """Seconds from the first run asked for to the last run ended: the ingest without the
+    wait for the sensor's tick and its routing, which no worker count changes."""
+    records = [instance.get_run_record_by_id(run.run_id) for run in runs]
+    first = min(record.create_timestamp.timestamp() for record in records if record)
+    return round(max((record.end_time or 0) for record in records if record) - first, 1)
+
+
+def where_runs_went(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> str:
+    """Each step's seconds summed over `runs`, longest first, then the runs' time outside
+    their steps (a run's start and end in its worker: the steps of a run execute one at a
+    time, so the rest is what the run pays around them)."""
+    steps: dict[str, float] = {}
+    outside = 0.0
+    for run in runs:
+        spans = run_step_spans(instance, run.run_id)
+        for key, (start, end) in spans.items():
+            steps[key] = steps.get(key, 0.0) + end - start
+        outside += run_seconds(instance, run.run_id) - sum(b - a for a, b in spans.values())
+    ranked = sorted(steps.items(), key=lambda item: -item[1])
+    return ", ".join(f"{key} {seconds:.1f}" for key, seconds in ranked) + (
+        f"; outside the steps {outside:.1f}"
     )
 
 
@@ -271,6 +300,8 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, folder
                 round(run_seconds(instance, r.run_id), 1) for r in done
             )
             result["ingest_timeline"] = timeline(instance, done, started_at)
+            result["ingest_steps"] = where_runs_went(instance, done)
+            result["runs_seconds"] = runs_span(instance, done)
             result["sensor_ticks"] = sensor_ticks(instance, started_at)
             settings = Settings.load()
             result["turns"] = episodes(settings)
@@ -454,6 +485,10 @@ def main() -> int:
             f"shard sensor ticks with {result['workers']} worker(s), started-ended (s after the "
             f"corpus arrived): {result['sensor_ticks']}"
         )
+        lines.append(
+            f"ingest step seconds with {result['workers']} worker(s), summed over the "
+            f"{SHARDS} runs: {result['ingest_steps']}"
+        )
     for result in results:
         spent = result["ingest_cpu_seconds"]
         lines.append(
@@ -470,10 +505,16 @@ def main() -> int:
         nightly = median_of(1, "nightly_all_shards_seconds") / median_of(
             2, "nightly_all_shards_seconds"
         )
+        runs = median_of(1, "runs_seconds") / median_of(2, "runs_seconds")
         repeats = len(by_workers[1]) + len(by_workers[2])
         lines.append(
             f"speed-up with 2 workers: ingest {ingest:.2f}x, nightly {nightly:.2f}x"
             + (" (medians of the settings above)" if repeats > 2 else "")
+        )
+        lines.append(
+            f"the runs alone (first run asked to last run ended: {median_of(1, 'runs_seconds')} "
+            f"s with 1 worker, {median_of(2, 'runs_seconds')} s with 2): {runs:.2f}x; the rest "
+            "of the ingest is the sensor's wait for the daemon's next pass and its routing"
         )
     for result in results if args.verify else []:
         lines.append(

@@ -182,6 +182,21 @@ def open_instance(home: Path) -> Any:
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
 
 
+def run_step_spans(instance: Any, run_id: str) -> dict[str, tuple[float, float]]:
+    """Each succeeded step's (start, end) time in one run, from Dagster's own events."""
+    starts: dict[str, float] = {}
+    spans: dict[str, tuple[float, float]] = {}
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is None or event.step_key is None:
+            continue
+        if event.event_type_value == "STEP_START":
+            starts[event.step_key] = entry.timestamp
+        elif event.event_type_value == "STEP_SUCCESS":
+            spans[event.step_key] = (starts.get(event.step_key, 0.0), entry.timestamp)
+    return spans
+
+
 def step_seconds(
     home: Path, since: float
 ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
@@ -193,16 +208,7 @@ def step_seconds(
         if not records or records[0].create_timestamp.timestamp() < since:
             return {}, {}
         run = records[0].dagster_run
-        starts: dict[str, float] = {}
-        spans: dict[str, tuple[float, float]] = {}
-        for entry in instance.all_logs(run.run_id):
-            event = entry.dagster_event
-            if event is None or event.step_key is None:
-                continue
-            if event.event_type_value == "STEP_START":
-                starts[event.step_key] = entry.timestamp
-            elif event.event_type_value == "STEP_SUCCESS":
-                spans[event.step_key] = (starts.get(event.step_key, 0.0), entry.timestamp)
+        spans = run_step_spans(instance, run.run_id)
         steps = {key: round(end - start, 3) for key, (start, end) in spans.items()}
         record = instance.get_run_record_by_id(run.run_id)
         if record is not None and record.start_time and record.end_time:

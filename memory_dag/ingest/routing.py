@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory_dag.config import Settings
-from memory_dag.ingest.sources import SourceFile, discover_files, read_source
+from memory_dag.ingest.sources import (
+    SourceFile,
+    discover_files,
+    read_source,
+    transcript_users,
+)
 from memory_dag.ingest.watch import FileState, WorkspaceChanges, rescan_once_settled, scan_workspace
 from memory_dag.reports import StageReport, StageTimer
 from memory_dag.store.shards import (
@@ -79,7 +84,7 @@ def plan_routes(settings: Settings, shards: int) -> tuple[dict[int, dict[str, Pa
         conversation = transcript_conversation(file.rel_path)
         if conversation is not None and conversation in routes:
             continue
-        users = {turn.user_id for turn in read_source(file).turns if turn.user_id}
+        users = transcript_users(file)
         if conversation is None:
             loose_keys[file.rel_path] = _key_of_users(users, None)
         else:

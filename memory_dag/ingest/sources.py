@@ -286,14 +286,7 @@ def read_source(file: SourceFile) -> ParsedFile:
     if file.refused is not None:
         return ParsedFile.unread(file, file.refused, file.fingerprint or "")
     try:
-        # O_NOFOLLOW: the path was resolved at discovery; a symlink swapped in since is refused.
-        # O_NONBLOCK: a FIFO swapped in since cannot block the read.
-        descriptor = os.open(file.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(descriptor, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise OSError(errno.EINVAL, "not a regular file")
-            data = handle.read()
+        data, info = _read_bytes(file)
     except OSError as exc:
         return ParsedFile.unread(file, f"cannot read file: {exc.strerror or exc}")
 
@@ -320,6 +313,45 @@ def read_source(file: SourceFile) -> ParsedFile:
             if conversation_id is not None:
                 parsed.front_matter["conversation_id"] = conversation_id
     return parsed
+
+
+def transcript_users(file: SourceFile) -> set[str]:
+    """The users of the turns `read_source(file)` keeps from a transcript, found without
+    building the turns (half the time): the shard sensor's routing reads every transcript of a
+    new conversation for them. The same lines count: `_message_fields` decides for both."""
+    if file.refused is not None:
+        return set()
+    try:
+        data, _ = _read_bytes(file)
+    except OSError:
+        return set()
+    text, _ = decode_text(data)
+    users: set[str] = set()
+    for raw in (text or "").split("\n"):
+        if not raw.strip():
+            continue
+        try:
+            message = _message_fields(json_object(raw))
+            if message is None or not _content_text(message[0]["content"]).split():
+                continue  # a line without a turn
+        except ValueError:
+            continue
+        user = _user_of(message[0])
+        if user is not None:
+            users.add(user)
+    return users
+
+
+def _read_bytes(file: SourceFile) -> tuple[bytes, os.stat_result]:
+    """The file's bytes and status; OSError when it cannot be read, or is no longer a file."""
+    # O_NOFOLLOW: the path was resolved at discovery; a symlink swapped in since is refused.
+    # O_NONBLOCK: a FIFO swapped in since cannot block the read.
+    descriptor = os.open(file.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return handle.read(), info
 
 
 def _entry_conversation_id(rel_path: str) -> str | None:
@@ -425,22 +457,10 @@ def _turn_from_record(
     Accepts `{"type": "message", "message": {...}}` and flat `{"role": ..., "content": ...}`;
     fields may sit inside the nested message or beside it (the nested one wins).
     """
-    kind = record.get("type")
-    if kind is not None and kind != "message":
-        return None, None  # session headers, tool calls, ...
-    message = record.get("message")
-    fields = {**record, **message} if isinstance(message, dict) else record
-
-    role = fields.get("role")
-    if role is None:
-        raise ValueError("missing 'role'")
-    if not isinstance(role, str):
-        raise ValueError(f"'role' must be a string, got {type(role).__name__}")
-    role = role.strip().lower()
-    if role not in KEPT_ROLES:
+    message = _message_fields(record)
+    if message is None:
         return None, None
-    if "content" not in fields:
-        raise ValueError("missing 'content'")
+    fields, role = message
     # Whitespace runs become one space (str.split's whitespace is exactly regex `\s`; 4x faster).
     content = " ".join(_content_text(fields["content"]).split())
     if not content:
@@ -457,8 +477,7 @@ def _turn_from_record(
     turn_id = fields.get("id")
     name = fields.get("name")
     speaker = name.strip() if isinstance(name, str) and name.strip() else None
-    user = fields.get("user_id")
-    user_id = str(user).strip() if isinstance(user, str | int) and str(user).strip() else None
+    user_id = _user_of(fields)
     turn = Turn(
         id=str(turn_id) if turn_id not in (None, "") else f"{session_id}:{line}",
         session_id=session_id,
@@ -471,6 +490,33 @@ def _turn_from_record(
         user_id=user_id,
     )
     return turn, problem
+
+
+def _message_fields(record: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """(fields, lower-cased role) of a line that is a kept message; None for lines that are
+    silently skipped (other types, other roles). Raises ValueError for a malformed message."""
+    kind = record.get("type")
+    if kind is not None and kind != "message":
+        return None  # session headers, tool calls, ...
+    message = record.get("message")
+    fields = {**record, **message} if isinstance(message, dict) else record
+
+    role = fields.get("role")
+    if role is None:
+        raise ValueError("missing 'role'")
+    if not isinstance(role, str):
+        raise ValueError(f"'role' must be a string, got {type(role).__name__}")
+    role = role.strip().lower()
+    if role not in KEPT_ROLES:
+        return None
+    if "content" not in fields:
+        raise ValueError("missing 'content'")
+    return fields, role
+
+
+def _user_of(fields: dict[str, Any]) -> str | None:
+    user = fields.get("user_id")
+    return str(user).strip() if isinstance(user, str | int) and str(user).strip() else None
 
 
 def _describe_empty(content: Any) -> str:

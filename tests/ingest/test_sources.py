@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memory_dag.ingest.sources import (
     IngestError,
@@ -20,7 +22,9 @@ from memory_dag.ingest.sources import (
     hash_bytes,
     read_source,
     render_turn,
+    transcript_users,
 )
+from tests.hostile_inputs import bad_turn, good_turn
 
 
 def write(root: Path, rel_path: str, content: str | bytes) -> Path:
@@ -434,3 +438,57 @@ def test_sample_workspace_records_exactly_one_error() -> None:
         "sessions/demo/2026-11-08.jsonl": 20,
         "sessions/scratch.jsonl": 3,
     }
+
+
+_USER_IDS = st.sampled_from(["sam", " ana ", "", "   ", 7, 0, True, 1.5, None, ["sam"], {"a": 1}])
+
+
+@st.composite
+def _line_with_user(draw: st.DrawFn) -> bytes:
+    """A transcript line (good, bad or skipped), with a `user_id` of any type where it is an
+    object, beside or inside a nested message."""
+    raw = draw(
+        st.one_of(
+            good_turn("s").map(lambda line: line.raw),
+            bad_turn().map(lambda line: line.raw),
+            st.sampled_from([b'{"role": "system", "content": "x"}', b'{"type": "tool"}', b" "]),
+        )
+    )
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return raw
+    if not isinstance(record, dict) or not draw(st.integers(0, 3)):
+        return raw
+    record["user_id"] = draw(_USER_IDS)
+    if draw(st.booleans()):  # the nested form; its own user_id wins
+        record = {"type": draw(st.sampled_from(["message", "note"])), "message": record}
+        if draw(st.booleans()):
+            record["user_id"] = draw(_USER_IDS)
+    return json.dumps(record).encode()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(_line_with_user(), min_size=1, max_size=8))
+def test_transcript_users_are_the_users_of_the_turns_read_source_keeps(lines, tmp_path_factory):
+    """Routing finds a conversation's users with `transcript_users`; it must agree with the
+    turns the ingest keeps, line by line, whatever a line holds."""
+    root = tmp_path_factory.mktemp("users")
+    write(root, "sessions/c1/s1.jsonl", b"\n".join(lines))
+    (file,) = discover_files(root)
+
+    expected = {turn.user_id for turn in read_source(file).turns if turn.user_id}
+    assert transcript_users(file) == expected
+
+
+def test_transcript_users_of_a_file_that_cannot_be_read_are_none(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "sessions/c1/s1.jsonl", '{"role": "user", "content": "hi", "user_id": "sam"}'
+    )
+    (file,) = discover_files(tmp_path)
+    assert transcript_users(file) == {"sam"}
+
+    path.unlink()
+    path.mkdir()  # no longer a regular file
+    assert transcript_users(file) == set()
+    assert read_source(file).turns == []
