@@ -17,23 +17,26 @@ its own processes, so memory and imports are its own:
 * the same again with nothing changed; then one new 20-turn session in one conversation;
 * warm search, p50 / p95, unscoped and scoped to one conversation (`--queries` queries: LoCoMo
   questions with the names mapped, and turn prefixes);
-* peak RSS of the process tree (sampled every 0.1 s) and bytes on disk.
+* peak RSS and CPU seconds of the process tree (sampled every 0.1 s) and bytes on disk.
 
 Medians over repeats and ratios to memory-dag are printed, with the load average measured
 beside each figure and WordLlama's own embed rate (how fast the machine is today). For
 memory-dag the seconds of each asset come from its run, and orchestration is the run's wall
-time minus the library's seconds. At `--sensor-size` the sensor path is measured with the
+time minus the library's seconds; each step's CPU seconds (worker processes included) show
+how many of the cores it kept busy. At `--sensor-size` the sensor path is measured with the
 Dagster daemon running: a new session file → searchable, and what that run recomputed. Then
 recall@10 of each system on `--data` (LoCoMo dev), and PNG plots (throughput and search
-latency against corpus size, one line per system) into `--plots`.
+latency against corpus size, one line per system; memory-dag's cores busy over its ingest of
+the largest size, step by step) into `--plots`.
 
-Kept as one script (~520 lines): the runs, their medians, the table and the plots share one
+Kept as one script (~600 lines): the runs, their medians, the table and the plots share one
 record layout.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -51,6 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ingest_search as corpus_generator  # noqa: E402  (the benchmarks folder is no package)
+import numpy as np  # noqa: E402
 import sensor_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +79,8 @@ def load() -> float:
 
 
 def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run `command`; wall seconds, peak RSS of its process tree (GB), its last JSON line."""
+    """Run `command`; wall seconds, peak RSS of its process tree (GB), its last JSON line, and
+    the tree's CPU seconds over time (`cpu`: (time, CPU seconds so far) every 0.1 s)."""
     import psutil
 
     started = time.perf_counter()
@@ -84,10 +89,12 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     peak, peak_at = 0, 0.0
+    cpu: list[tuple[float, float]] = []
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak, peak_at
+        ended: dict[int, float] = {}  # the last CPU seconds of each process seen
         while not done.is_set():
             try:
                 root = psutil.Process(process.pid)
@@ -95,6 +102,11 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
                 rss = sum(p.memory_info().rss for p in tree if p.is_running())
                 if rss > peak:
                     peak, peak_at = rss, time.time()
+                for member in tree:
+                    with contextlib.suppress(psutil.Error):
+                        times = member.cpu_times()
+                        ended[member.pid] = times.user + times.system
+                cpu.append((time.time(), sum(ended.values())))
             except psutil.Error:
                 pass
             done.wait(0.1)
@@ -115,7 +127,16 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
         "peak_at": peak_at,
         "load": before,
         "result": result,
+        "cpu": cpu,
     }
+
+
+def cpu_between(cpu: list[tuple[float, float]], start: float, end: float) -> float:
+    """CPU seconds the process tree used from `start` to `end` (its samples interpolated)."""
+    if len(cpu) < 2:
+        return float("nan")
+    times, totals = zip(*cpu, strict=True)
+    return float(np.interp(end, times, totals) - np.interp(start, times, totals))
 
 
 def memory_dag_command(workspace: Path, store: Path) -> list[str]:
@@ -146,6 +167,8 @@ def ingest(system: str, workspace: Path, store: Path, home: Path) -> dict[str, A
         run = measured(memory_dag_command(workspace, store), env)
         run["assets"] = asset_seconds(run["result"]["stages"])
         run["steps"], spans = step_seconds(home, since=started)
+        run["step_cpu"] = {key: cpu_between(run["cpu"], *span) for key, span in spans.items()}
+        run["spans"] = spans
         run["peak_step"] = next(
             (step for step, (start, end) in spans.items() if start <= run["peak_at"] <= end),
             "between steps",
@@ -357,6 +380,12 @@ def summarize(size: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any
             row["steps_s"] = {
                 s: median([r["cold"]["steps"].get(s, 0) for r in records]) for s in steps
             }
+            row["step_cpu_s"] = {
+                s: median([r["cold"]["step_cpu"].get(s, 0) for r in records]) for s in steps
+            }
+            row["cpu_s"] = median([r["cold"]["cpu"][-1][1] for r in records if r["cold"]["cpu"]])
+            last = records[-1]["cold"]
+            row["cpu_timeline"] = {"cpu": last["cpu"], "spans": last["spans"]}
             row["orchestration_s"] = median([r["cold"]["orchestration"] for r in records])
             row["again_run_s"] = median([r["again"]["steps"].get("(run)", 0) for r in records])
             row["again_instance"] = (
@@ -407,6 +436,17 @@ def print_size(summary: dict[str, Any]) -> None:
         print(
             "  memory-dag, each Dagster step's seconds (median): "
             + ", ".join(f"{name} {seconds:.2f}" for name, seconds in base["steps_s"].items())
+        )
+        cores = usable_cores()
+        print(
+            f"  memory-dag, CPU seconds of the whole process tree: {base['cpu_s']:.1f} "
+            f"({base['cpu_s'] / base['ingest_s']:.2f} of {cores} cores busy on average); each "
+            "step's (median; cores busy during it): "
+            + ", ".join(
+                f"{name} {cpu:.1f} ({cpu / base['steps_s'][name]:.2f})"
+                for name, cpu in sorted(base["step_cpu_s"].items(), key=lambda item: -item[1])
+                if name != "(run)" and base["steps_s"].get(name)
+            )
         )
         share = base["orchestration_s"] / base["ingest_s"] * 100
         print(
@@ -473,7 +513,36 @@ def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
     figure.tight_layout()
     written.append(folder / "whole_graph_search_latency.png")
     figure.savefig(written[-1], dpi=120)
+    largest = max(results, key=lambda r: r["size"])["systems"].get("memory-dag")
+    if largest and len(largest["cpu_timeline"]["cpu"]) > 2:
+        written.append(folder / "whole_graph_cpu_timeline.png")
+        cpu_timeline(largest, max(r["size"] for r in results), written[-1], plt)
     return written
+
+
+def cpu_timeline(row: dict[str, Any], size: int, path: Path, plt: Any) -> None:
+    """Cores busy over one memory-dag ingest, each Dagster step a band: where the two cores
+    are idle is where the run waits on one core."""
+    times, totals = (np.asarray(v) for v in zip(*row["cpu_timeline"]["cpu"], strict=True))
+    start = times[0]
+    busy = np.diff(totals) / np.maximum(np.diff(times), 1e-9)
+    figure, axis = plt.subplots(figsize=(10, 4.2))
+    axis.step(times[1:] - start, busy, where="pre", color="black", linewidth=0.8)
+    spans = sorted(row["cpu_timeline"]["spans"].items(), key=lambda item: item[1][0])
+    for number, (step, (begin, end)) in enumerate(spans):
+        axis.axvspan(begin - start, end - start, alpha=0.15, color=f"C{number % 10}")
+        if end - begin > 1.5:
+            axis.text((begin + end) / 2 - start, 0.1, step, rotation=90, fontsize=8, ha="center")
+    axis.axhline(usable_cores(), color="grey", linestyle="--", linewidth=0.8)
+    axis.set_ylim(0, usable_cores() + 0.4)
+    axis.set(xlabel="seconds since the command started", ylabel="cores busy (process tree)")
+    axis.set_title(f"memory-dag ingest of {size:,} turns: cores busy, step by step")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
 
 
 def recall(systems: list[str], data: Path, tmp: str | None) -> dict[str, Any]:
