@@ -515,6 +515,7 @@ def _message_fields(record: dict[str, Any]) -> tuple[dict[str, Any], str] | None
 
 
 def _user_of(fields: dict[str, Any]) -> str | None:
+    """The message's `user_id` as text (a string or a number), None when it names nobody."""
     user = fields.get("user_id")
     return str(user).strip() if isinstance(user, str | int) and str(user).strip() else None
 

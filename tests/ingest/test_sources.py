@@ -470,7 +470,9 @@ def _line_with_user(draw: st.DrawFn) -> bytes:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=st.lists(_line_with_user(), min_size=1, max_size=8))
-def test_transcript_users_are_the_users_of_the_turns_read_source_keeps(lines, tmp_path_factory):
+def test_transcript_users_are_the_users_of_the_turns_read_source_keeps(
+    lines: list[bytes], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Routing finds a conversation's users with `transcript_users`; it must agree with the
     turns the ingest keeps, line by line, whatever a line holds."""
     root = tmp_path_factory.mktemp("users")
