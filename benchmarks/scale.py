@@ -52,7 +52,7 @@ import dagster as dg  # noqa: E402
 import psutil  # noqa: E402
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus  # noqa: E402
 from serving import memory_dag_serve  # noqa: E402
-from whole_graph import run_step_spans  # noqa: E402
+from whole_graph import run_step_spans, tree_cpu_seconds  # noqa: E402
 
 from memory_dag.config import Settings  # noqa: E402
 from memory_dag.index.search import search  # noqa: E402
@@ -177,20 +177,6 @@ def where_runs_went(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> 
     return ", ".join(f"{key} {seconds:.1f}" for key, seconds in ranked) + (
         f"; outside the steps {outside:.1f}"
     )
-
-
-def tree_cpu_seconds(root: psutil.Process, *, descendants: bool = True) -> float:
-    """User + system CPU seconds of `root` and its descendants, ended children included."""
-    total = 0.0
-    for process in [root, *(root.children(recursive=True) if descendants else [])]:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-        if descendants:
-            total += times.children_user + times.children_system
-    return total
 
 
 def service_roots(servers_dir: Path, redis_url: str) -> dict[str, list[psutil.Process]]:

@@ -36,7 +36,6 @@ record layout.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -94,7 +93,6 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
 
     def sample() -> None:
         nonlocal peak, peak_at
-        ended: dict[int, float] = {}  # the last CPU seconds of each process seen
         while not done.is_set():
             try:
                 root = psutil.Process(process.pid)
@@ -102,11 +100,7 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
                 rss = sum(p.memory_info().rss for p in tree if p.is_running())
                 if rss > peak:
                     peak, peak_at = rss, time.time()
-                for member in tree:
-                    with contextlib.suppress(psutil.Error):
-                        times = member.cpu_times()
-                        ended[member.pid] = times.user + times.system
-                cpu.append((time.time(), sum(ended.values())))
+                cpu.append((time.time(), tree_cpu_seconds(root)))
             except psutil.Error:
                 pass
             done.wait(0.1)
@@ -129,6 +123,22 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
         "result": result,
         "cpu": cpu,
     }
+
+
+def tree_cpu_seconds(root: Any, *, descendants: bool = True) -> float:
+    """User + system CPU seconds of `root` and its descendants, ended children included."""
+    import psutil
+
+    total = 0.0
+    for process in [root, *(root.children(recursive=True) if descendants else [])]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+        if descendants:
+            total += times.children_user + times.children_system
+    return total
 
 
 def cpu_between(cpu: list[tuple[float, float]], start: float, end: float) -> float:
