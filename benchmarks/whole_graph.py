@@ -100,7 +100,7 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
                 rss = sum(p.memory_info().rss for p in tree if p.is_running())
                 if rss > peak:
                     peak, peak_at = rss, time.time()
-                cpu.append((time.time(), tree_cpu_seconds(root)))
+                cpu.append((time.time(), cpu_seconds(tree)))  # the tree listed once
             except psutil.Error:
                 pass
             done.wait(0.1)
@@ -127,16 +127,23 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
 
 def tree_cpu_seconds(root: Any, *, descendants: bool = True) -> float:
     """User + system CPU seconds of `root` and its descendants, ended children included."""
+    if not descendants:
+        return cpu_seconds([root], ended_children=False)
+    return cpu_seconds([root, *root.children(recursive=True)])
+
+
+def cpu_seconds(processes: list[Any], *, ended_children: bool = True) -> float:
+    """User + system CPU seconds of `processes`, and of their ended (reaped) children."""
     import psutil
 
     total = 0.0
-    for process in [root, *(root.children(recursive=True) if descendants else [])]:
+    for process in processes:
         try:
             times = process.cpu_times()
         except psutil.NoSuchProcess:
             continue
         total += times.user + times.system
-        if descendants:
+        if ended_children:
             total += times.children_user + times.children_system
     return total
 
