@@ -445,8 +445,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import duckdb
-    import faiss
     import wordllama
+
+    from memory_dag.index.faiss_import import faiss
 
     print(
         f"memory-dag ingest/search benchmark  {datetime.now(UTC):%Y-%m-%d %H:%M} UTC  "

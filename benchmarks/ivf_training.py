@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-import faiss
 import numpy as np
+
+from memory_dag.index.faiss_import import faiss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest_search import LOCOMO_DIR, load_locomo, make_turn_texts  # noqa: E402

@@ -22,16 +22,18 @@ def limit_compute_threads(threads: int) -> None:
     """Limit the process's BLAS and OpenMP pools to `threads` (0: leave them), once per value.
 
     Process-wide on purpose: threadpoolctl changes the libraries' own settings. Libraries
-    loaded later are not limited, so faiss (OpenMP, its own OpenBLAS) is loaded first.
+    loaded later are not limited, so faiss (OpenMP, its own OpenBLAS) and NumPy are loaded
+    first.
     """
     if threads <= 0:
         return
     with _lock:
         if threads in _applied and len(_applied) == 1:
             return
-        import faiss  # noqa: F401  (its thread pools exist once it is loaded)
         import numpy  # noqa: F401
         from threadpoolctl import threadpool_limits
+
+        from memory_dag.index.faiss_import import faiss  # noqa: F401  (its pools, once loaded)
 
         _applied.clear()
         _applied[threads] = threadpool_limits(limits=threads)

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from memory_dag.index.faiss_import import faiss
 from memory_dag.index.published import (
     CATALOG_FILE,
     CHUNK_KINDS,

@@ -33,12 +33,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memory_dag.index.faiss_import import faiss
 from memory_dag.index.search_text import bm25_documents
 from memory_dag.index.text_index import TOKENIZE_BATCH, TextIndex
 from memory_dag.index.vector_index import (

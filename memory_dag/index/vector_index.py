@@ -12,8 +12,9 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-import faiss
 import numpy as np
+
+from memory_dag.index.faiss_import import faiss
 
 #: The switch point between the exact and the approximate index (see docs/architecture.md).
 EXACT_MAX_VECTORS = 50_000

@@ -141,7 +141,7 @@ def check_embeddings(settings: Settings) -> CheckOutcome:
 
 def check_search_index(settings: Settings) -> CheckOutcome:
     """The published FAISS index holds exactly one vector per embedded search document."""
-    import faiss
+    from memory_dag.index.faiss_import import faiss
 
     manifest = read_manifest(Path(settings.index_dir))
     if manifest is None:

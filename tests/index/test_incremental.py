@@ -182,9 +182,8 @@ def test_a_failed_incremental_build_leaves_the_live_version(
 def test_ivf_lists_take_the_change_without_training_again(
     settings: Settings, monkeypatch: pytest.MonkeyPatch, small_changes: None
 ) -> None:
-    import faiss
-
     from memory_dag.index import vector_index
+    from memory_dag.index.faiss_import import faiss
 
     monkeypatch.setattr(vector_index, "EXACT_MAX_VECTORS", 5)  # IVF from 6 rows on
     write_jsonl(  # IVF trains 4 * sqrt(rows) lists: it needs at least as many rows

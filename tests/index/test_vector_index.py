@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pytest
 
+from memory_dag.index.faiss_import import faiss
 from memory_dag.index.vector_index import EXACT_MAX_VECTORS, build_faiss, build_faiss_from_file
 
 
