@@ -4,7 +4,9 @@ Parsing transcripts, entity extraction, rule-based fact extraction and extractiv
 are Python, regular expressions and small numpy steps over independent items: threads would
 wait on the GIL, so `process_map` hands slices of the items to worker processes and returns
 the results in order, exactly what `fn(items)` gives (`process_slices`: one result a slice,
-for results that are cheaper to hand back whole, such as an Arrow table). Small batches and
+for results that are cheaper to hand back whole, such as an Arrow table; `process_map_iter`:
+the results as the slices finish, so that the caller's own serial work on the first ones runs
+while the workers compute the rest). Small batches and
 one-core machines stay in-process, and so does a daemonic process (a Celery worker's run
 process in a sharded deployment, deploy/local/): it may not start children, and its
 deployment runs one per core already.
@@ -22,7 +24,7 @@ import multiprocessing
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -65,15 +67,69 @@ def process_slices(
     worker keeps the memory its largest slice took).
     """
     workers = usable_cpus()
-    if len(items) < min_items or workers < 2 or multiprocessing.current_process().daemon:
+    if not _in_workers(items, min_items, workers):
         return [fn(items)]
-    size = -(-len(items) // (2 * workers))  # two slices a worker even out uneven slices
+    futures = _submit_slices(fn, items, workers, slices_per_worker=2, max_slice=max_slice)
+    return [future.result() for future in futures]
+
+
+#: `process_map_iter` cuts this many slices a worker: the first results come after about this
+#: share of the work (each slice costs ~1-5 ms to hand over).
+ITER_SLICES_PER_WORKER = 8
+
+
+def process_map_iter(
+    fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], *, min_items: int = MIN_ITEMS
+) -> Iterator[R]:
+    """`process_map`'s results, one at a time and in order, as the workers finish each slice.
+
+    A stage that must go through the results one by one in this process (resolving entities,
+    reconciling facts: each depends on the ones before) starts on the first slice while the
+    workers compute the rest, instead of leaving them idle until it is done. The slices are
+    submitted when this is called, so the caller may do other work before it asks for the
+    first result; those not started are cancelled if the caller stops early. In this process
+    (few items), `fn(items)` runs when the first result is asked for.
+    """
+    workers = usable_cpus()
+    if not _in_workers(items, min_items, workers):
+        return _lazily(fn, items)
+    futures = _submit_slices(fn, items, workers, slices_per_worker=ITER_SLICES_PER_WORKER)
+    return _results_in_order(futures)
+
+
+def _lazily(fn: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> Iterator[R]:
+    yield from fn(items)
+
+
+def _results_in_order(futures: list[Future[list[R]]]) -> Iterator[R]:
+    try:
+        for future in futures:
+            yield from future.result()
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+def _in_workers(items: Sequence[object], min_items: int, workers: int) -> bool:
+    return len(items) >= min_items and workers >= 2 and not multiprocessing.current_process().daemon
+
+
+def _submit_slices(
+    fn: Callable[[Sequence[T]], R],
+    items: Sequence[T],
+    workers: int,
+    *,
+    slices_per_worker: int,
+    max_slice: int | None = None,
+) -> list[Future[R]]:
+    """`fn` of each consecutive slice of `items`, submitted to the workers (several slices a
+    worker even out uneven ones)."""
+    size = -(-len(items) // (slices_per_worker * workers))
     size = min(size, max_slice or size)
     slices = [items[start : start + size] for start in range(0, len(items), size)]
     pool = _executor(workers)
     with _caller_script_hidden():  # workers start on the first submits
-        futures = [pool.submit(fn, part) for part in slices]
-    return [future.result() for future in futures]
+        return [pool.submit(fn, part) for part in slices]
 
 
 def _executor(workers: int) -> ProcessPoolExecutor:

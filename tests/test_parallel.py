@@ -8,9 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from memory_dag import progress
 from memory_dag.memories.entities import extract_entities, extract_entities_batch
-from memory_dag.parallel import process_map
+from memory_dag.parallel import process_map, process_map_iter
 
 TEXTS = [
     f"My wife Anne{i} lives in Paris. Email me at a{i}@example.org on 8 May 2023, #tag{i % 7}"
@@ -25,6 +27,28 @@ def lengths(texts: list[str]) -> list[int]:
 def test_many_items_are_shared_by_workers_in_order() -> None:
     assert process_map(lengths, TEXTS) == lengths(TEXTS)
     assert process_map(lengths, TEXTS[:10]) == lengths(TEXTS[:10])  # in-process
+
+
+def test_results_come_one_by_one_in_order() -> None:
+    results = process_map_iter(lengths, TEXTS)
+    assert next(results) == len(TEXTS[0])
+    assert list(results) == lengths(TEXTS)[1:]
+    assert list(process_map_iter(lengths, TEXTS[:10])) == lengths(TEXTS[:10])  # in-process
+
+
+def lengths_but_not_bad(texts: list[str]) -> list[int]:
+    if "bad" in texts:
+        raise ValueError("a bad item")
+    return lengths(texts)
+
+
+def test_a_failing_slice_fails_where_its_results_would_come() -> None:
+    """The results before the failing slice are the caller's; its error comes in their place."""
+    items = [*TEXTS[:2_000], "bad", *TEXTS[2_000:]]
+    results = process_map_iter(lengths_but_not_bad, items)
+    assert [next(results) for _ in range(1_000)] == lengths(items[:1_000])
+    with pytest.raises(ValueError, match="a bad item"):
+        list(results)
 
 
 def test_a_script_without_a_main_guard_can_use_the_workers(tmp_path: Path) -> None:

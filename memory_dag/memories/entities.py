@@ -40,14 +40,14 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Literal, Protocol, TypeVar
 
 import polars as pl
 
-from memory_dag.parallel import process_map
+from memory_dag.parallel import process_map, process_map_iter
 
 EntityType = Literal[
     "person",
@@ -646,6 +646,13 @@ def extract_entities_batch(
     if strategy == "accurate":  # spaCy's model stays loaded in this process
         return _extract_prefiltered(texts, strategy)
     return process_map(_extract_prefiltered, texts)
+
+
+def extract_entities_iter(texts: Sequence[str]) -> Iterator[list[EntityMention]]:
+    """`extract_entities_batch(texts)` ("fast"), one text's mentions at a time, in order, as
+    the worker processes find them: the caller resolves the first texts' mentions while the
+    workers read the rest (`parallel.process_map_iter`)."""
+    return process_map_iter(_extract_prefiltered, texts)
 
 
 def _extract_prefiltered(

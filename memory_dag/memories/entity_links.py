@@ -26,7 +26,7 @@ from memory_dag.memories.entities import (
     EntityMention,
     canonical_name,
     deduplicate_overlaps,
-    extract_entities_batch,
+    extract_entities_iter,
     resolve,
 )
 from memory_dag.store.connection import insert_arrow, listed
@@ -201,6 +201,10 @@ class EntityLinker:
 
     def _write_links_of(self, items: list[tuple[str, str]], memory_ids: list[str]) -> None:
         """`_write_links` with `memory_ids` readable as the view `_linked_ids`."""
+        texts = dict(items)
+        # The worker processes start on the texts now; their mentions are resolved here, in
+        # order, as they come.
+        extracted = extract_entities_iter(list(texts.values()))
         # Memories processed again (a re-ingested episode) lose their old links first.
         self.con.execute(
             "UPDATE entities SET mention_count = entities.mention_count - gone.n "
@@ -214,8 +218,6 @@ class EntityLinker:
         now = datetime.now(UTC)
         links: list[dict[str, Any]] = []
         touched: dict[str, _Entity] = {}
-        texts = dict(items)
-        extracted = extract_entities_batch(list(texts.values()))
         for (memory_id, text), found in zip(texts.items(), extracted, strict=True):
             linked: set[str] = set()
             for mention in self._mentions(memory_id, text, found):

@@ -26,9 +26,10 @@ line's `user_id`; the fact is then that user's, `memory_dag/scope.py`), and `sou
 episode id of its turn. Neighbours are facts of the same owner only (the user, else the
 conversation), so one user's statement never updates or deletes another user's fact.
 
-Sessions are written in all-or-nothing batches, so a crash leaves them pending; extraction runs
-before the store is opened, so its LLM latency does not hold DuckDB's write lock
-(reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`).
+Sessions are written in all-or-nothing batches, so a crash leaves them pending. An LLM's
+extraction runs before the store is opened, so its latency does not hold DuckDB's write lock
+(reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`); the rules run in
+worker processes while the first sessions are reconciled (`ArrivingExtractions`).
 
 Kept as one module (~680 lines): one run, read -> extract -> reconcile -> write per batch of
 sessions, live and closing alike; the sessions themselves are in `sessions.py`, the consent
@@ -43,7 +44,7 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -84,7 +85,7 @@ from memory_dag.memories.sessions import (
     sessions_due,
 )
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
-from memory_dag.parallel import process_map
+from memory_dag.parallel import process_map_iter
 from memory_dag.reports import StageReport
 from memory_dag.scope import known_category, owner_key
 from memory_dag.store.connection import fetch_dicts, listed, open_store, registered
@@ -199,9 +200,7 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
     """Fact candidates of each turn (LLM calls run on the client's bounded thread pool; the
     rules, on many turns, in worker processes)."""
     if llm is None:
-        said = [(t.content, t.speaker, t.turn_id) for t in turns]
-        found = process_map(extract_facts_rules_batch, said)
-        return [(candidates, None, rejected) for candidates, rejected in found]
+        return list(_extract_by_rules(turns))
 
     def extract(turn: UserTurn) -> Extracted:
         rejected: list[str] = []
@@ -209,6 +208,49 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
         return found, error, rejected
 
     return llm.map(extract, turns)
+
+
+def _extract_by_rules(turns: list[UserTurn]) -> Iterator[Extracted]:
+    """The rules' candidates of each turn, in order, as the worker processes find them."""
+    said = [(t.content, t.speaker, t.turn_id) for t in turns]
+    for candidates, rejected in process_map_iter(extract_facts_rules_batch, said):
+        yield candidates, None, rejected
+
+
+class ArrivingExtractions(Mapping[str, Extracted]):
+    """Each turn's extraction by `UserTurn.key`, taken from `results` (in the order of
+    `turns`) when first asked for: the write path reconciles the first sessions while the
+    worker processes still extract the later ones. `waited` is the time spent waiting."""
+
+    def __init__(self, turns: Sequence[UserTurn], results: Iterator[Extracted]) -> None:
+        keys = [turn.key for turn in turns]
+        self._keys = iter(keys)
+        self._count = len(set(keys))
+        self._results = results
+        self._arrived: dict[str, Extracted] = {}
+        self.waited = 0.0
+
+    def __getitem__(self, key: str) -> Extracted:
+        if key in self._arrived:
+            return self._arrived[key]
+        started = time.perf_counter()
+        try:
+            while key not in self._arrived:
+                next_key = next(self._keys, None)
+                if next_key is None:
+                    raise KeyError(key)
+                self._arrived[next_key] = next(self._results)
+        finally:
+            self.waited += time.perf_counter() - started
+        return self._arrived[key]
+
+    def __iter__(self) -> Iterator[str]:
+        for key in self._keys:  # every result first (the write path looks keys up instead)
+            self._arrived[key] = next(self._results)
+        return iter(self._arrived)
+
+    def __len__(self) -> int:
+        return self._count
 
 
 def neighbourhood(facts: FactSet, texts: list[str], vectors: Any) -> list[ExistingMemory]:
@@ -444,7 +486,7 @@ def consolidate(
     method = "llm" if llm is not None else "rules"
     report = WriteReport("facts", method=method)
     counts: dict[str, int] = dict.fromkeys(_COUNT_KEYS, 0)
-    timings = {"extract": 0.0, "reconcile": 0.0, "write": 0.0, "relations": 0.0}
+    timings = {"extract_wait": 0.0, "reconcile": 0.0, "write": 0.0, "relations": 0.0}
     provider = get_provider(settings)
     # Live writes first: the turns they examined are then never extracted again (`fold.py`).
     counts["live_calls_folded"] = fold_journal(settings).counts["calls"]
@@ -463,14 +505,16 @@ def consolidate(
         progress.set_total(len(due), "sessions")
         pending = _pending_turns(con, due)
 
-    mark = time.perf_counter()
     turns = [turn for session in due for turn in pending[session.path]]
-    extracted = dict(zip((t.key for t in turns), extract_turns(llm, turns), strict=True))
-    timings["extract"] = time.perf_counter() - mark
+    # The rules run in worker processes while the sessions are reconciled and written here,
+    # in order, as their turns' candidates arrive; an LLM's calls are made first.
+    results = _extract_by_rules(turns) if llm is None else iter(extract_turns(llm, turns))
+    extracted = ArrivingExtractions(turns, results)
 
     written = _write_sessions(
         settings, llm, method, due, pending, extracted, counts, timings, closing, now
     )
+    timings["extract_wait"] = extracted.waited
 
     with open_store(settings.db_path) as con:
         counts["sessions_open"] = int(
@@ -511,7 +555,7 @@ def _write_sessions(
     method: str,
     due: list[Session],
     pending: dict[str, list[UserTurn]],
-    extracted: dict[str, Extracted],
+    extracted: Mapping[str, Extracted],
     counts: dict[str, int],
     timings: dict[str, float],
     closing: set[str],
@@ -528,6 +572,7 @@ def _write_sessions(
     provider = get_provider(settings)
     written: list[str] = []
     position = 0
+    window_turns = FIRST_PREFETCH_TURNS
     while position < len(due):
         with open_store(settings.db_path) as con:
             writer = MemoryWriter(con, provider, actor=ACTOR, now=now)
@@ -541,7 +586,10 @@ def _write_sessions(
                 marks: list[dict[str, Any]] = []
                 while position < len(due) and time.monotonic() - opened < LOCK_HOLD_SECONDS:
                     if position == prefetched:
-                        prefetched = _prefetch_window(writer, due, position, pending, extracted)
+                        prefetched = _prefetch_window(
+                            writer, due, position, pending, extracted, window_turns
+                        )
+                        window_turns = min(2 * window_turns, PREFETCH_TURNS)
                     session, turns = due[position], pending[due[position].path]
                     position += 1
                     if session.path not in closing and not turns:
@@ -580,8 +628,12 @@ def _write_sessions(
 
 
 #: The sessions ahead whose owners' facts and candidates' vectors are looked up at once hold
-#: about this many user turns (see `_prefetch_window`).
+#: about this many user turns (see `_prefetch_window`). The first window of a run holds
+#: `FIRST_PREFETCH_TURNS`, and each next one twice as many up to `PREFETCH_TURNS`: the
+#: window's candidates must have arrived from the worker processes, and the first sessions are
+#: reconciled as soon as theirs have, while the workers extract the rest.
 PREFETCH_TURNS = 20_000
+FIRST_PREFETCH_TURNS = 1_000
 
 
 def _prefetch_window(
@@ -589,7 +641,8 @@ def _prefetch_window(
     due: list[Session],
     start: int,
     pending: dict[str, list[UserTurn]],
-    extracted: dict[str, Extracted],
+    extracted: Mapping[str, Extracted],
+    window_turns: int = PREFETCH_TURNS,
 ) -> int:
     """Look up, in one query each, what the sessions from `start` on would look up one by one:
     their owners' facts and their candidates' cached vectors; returns where the window ends.
@@ -602,7 +655,7 @@ def _prefetch_window(
     loaded before anything of theirs is written in the batch, so the result is the same.
     """
     end, turns = start, 0
-    while end < len(due) and (end == start or turns < PREFETCH_TURNS):
+    while end < len(due) and (end == start or turns < window_turns):
         turns += len(pending[due[end].path])
         end += 1
     window = [turn for session in due[start:end] for turn in pending[session.path]]

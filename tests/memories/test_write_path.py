@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -497,3 +498,32 @@ def test_scan_sessions_asks_for_a_run_only_when_a_session_closes(tmp_path: Path)
     assert "sessions/other/x.jsonl" in settling.settling and settling.conversations == []
     settled, _ = scan_sessions(tmp_path, waited, now=fresh.stat().st_mtime + 60)
     assert settled.new == ["sessions/other/x.jsonl"] and settled.conversations == ["other"]
+
+
+def test_extractions_are_taken_as_far_as_the_turn_asked_for() -> None:
+    """The write path reconciles a turn as soon as its candidates arrive: asking for one turn
+    takes the results up to it, no further, and a turn never asked about is not waited for."""
+    from memory_dag.memories.facts import FactCandidate
+    from memory_dag.memories.write_path import ArrivingExtractions, Extracted, UserTurn
+
+    turns = [
+        UserTurn(f"ep{n}", f"t{n}", "s.jsonl", DEMO, "s", "Sam", "user", f"I like tea {n}.", None)
+        for n in range(5)
+    ]
+    taken: list[int] = []
+
+    def results() -> Iterator[Extracted]:
+        for n in range(5):
+            taken.append(n)
+            yield [FactCandidate(f"Sam likes tea {n}", f"t{n}", "Sam", None, 2)], None, []
+
+    arriving = ArrivingExtractions(turns, results())
+    assert len(arriving) == 5 and taken == []
+    assert arriving[turns[2].key][0][0].text == "Sam likes tea 2"
+    assert taken == [0, 1, 2]
+    assert arriving[turns[0].key][0][0].text == "Sam likes tea 0"  # kept, not taken again
+    assert taken == [0, 1, 2]
+    with pytest.raises(KeyError):
+        arriving["ep9:unknown"]
+    assert taken == [0, 1, 2, 3, 4]
+    assert list(arriving) == [turn.key for turn in turns]
