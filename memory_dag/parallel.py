@@ -80,34 +80,50 @@ ITER_SLICES_PER_WORKER = 8
 
 def process_map_iter(
     fn: Callable[[Sequence[T]], list[R]], items: Sequence[T], *, min_items: int = MIN_ITEMS
-) -> Iterator[R]:
+) -> InOrder[R]:
     """`process_map`'s results, one at a time and in order, as the workers finish each slice.
 
     A stage that must go through the results one by one in this process (resolving entities,
     reconciling facts: each depends on the ones before) starts on the first slice while the
     workers compute the rest, instead of leaving them idle until it is done. The slices are
     submitted when this is called, so the caller may do other work before it asks for the
-    first result; those not started are cancelled if the caller stops early. In this process
-    (few items), `fn(items)` runs when the first result is asked for.
+    first result. Few items are computed in this process, at once.
     """
     workers = usable_cpus()
     if not _in_workers(items, min_items, workers):
-        return _lazily(fn, items)
-    futures = _submit_slices(fn, items, workers, slices_per_worker=ITER_SLICES_PER_WORKER)
-    return _results_in_order(futures)
+        done: Future[list[R]] = Future()
+        done.set_result(fn(items))
+        return InOrder([done])
+    return InOrder(_submit_slices(fn, items, workers, slices_per_worker=ITER_SLICES_PER_WORKER))
 
 
-def _lazily(fn: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> Iterator[R]:
-    yield from fn(items)
+class InOrder(Iterator[R]):
+    """The results of slices being computed, in order; `close()` cancels the slices not
+    started, so a caller that stops early leaves no work behind in the workers."""
 
+    def __init__(self, slices: list[Future[list[R]]]) -> None:
+        self._slices = slices
+        self._taken = 0
+        self._current: Iterator[R] = iter(())
 
-def _results_in_order(futures: list[Future[list[R]]]) -> Iterator[R]:
-    try:
-        for future in futures:
-            yield from future.result()
-    finally:
-        for future in futures:
+    def __next__(self) -> R:
+        while True:
+            for result in self._current:
+                return result
+            if self._taken == len(self._slices):
+                raise StopIteration
+            self._taken += 1
+            try:
+                self._current = iter(self._slices[self._taken - 1].result())
+            except BaseException:
+                self.close()
+                raise
+
+    def close(self) -> None:
+        for future in self._slices[self._taken :]:
             future.cancel()
+        self._taken = len(self._slices)
+        self._current = iter(())
 
 
 def _in_workers(items: Sequence[object], min_items: int, workers: int) -> bool:

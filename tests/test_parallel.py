@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,22 @@ def test_a_failing_slice_fails_where_its_results_would_come() -> None:
     assert [next(results) for _ in range(1_000)] == lengths(items[:1_000])
     with pytest.raises(ValueError, match="a bad item"):
         list(results)
+
+
+def lengths_slowly(texts: list[str]) -> list[int]:
+    time.sleep(1.0)
+    return lengths(texts)
+
+
+def test_closing_the_results_cancels_the_slices_not_started() -> None:
+    """A stage that fails half-way leaves no work queued in the workers for the next one."""
+    results = process_map_iter(lengths_slowly, TEXTS)  # 16 slices of 1 s on 2 workers
+    assert next(results) == len(TEXTS[0])
+    results.close()
+    assert list(results) == []
+    started = time.perf_counter()
+    assert process_map(lengths, TEXTS) == lengths(TEXTS)
+    assert time.perf_counter() - started < 8  # not behind the ~14 s of slices left
 
 
 def test_a_script_without_a_main_guard_can_use_the_workers(tmp_path: Path) -> None:

@@ -85,7 +85,7 @@ from memory_dag.memories.sessions import (
     sessions_due,
 )
 from memory_dag.memories.writer import FACT_DECAY_RATE, MemoryWriter, NewMemory, new_memory_id
-from memory_dag.parallel import process_map_iter
+from memory_dag.parallel import process_map, process_map_iter
 from memory_dag.reports import StageReport
 from memory_dag.scope import known_category, owner_key
 from memory_dag.store.connection import fetch_dicts, listed, open_store, registered
@@ -200,7 +200,9 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
     """Fact candidates of each turn (LLM calls run on the client's bounded thread pool; the
     rules, on many turns, in worker processes)."""
     if llm is None:
-        return list(_extract_by_rules(turns))
+        said = [(t.content, t.speaker, t.turn_id) for t in turns]
+        found = process_map(extract_facts_rules_batch, said)
+        return [(candidates, None, rejected) for candidates, rejected in found]
 
     def extract(turn: UserTurn) -> Extracted:
         rejected: list[str] = []
@@ -208,13 +210,6 @@ def extract_turns(llm: LLMClient | None, turns: list[UserTurn]) -> list[Extracte
         return found, error, rejected
 
     return llm.map(extract, turns)
-
-
-def _extract_by_rules(turns: list[UserTurn]) -> Iterator[Extracted]:
-    """The rules' candidates of each turn, in order, as the worker processes find them."""
-    said = [(t.content, t.speaker, t.turn_id) for t in turns]
-    for candidates, rejected in process_map_iter(extract_facts_rules_batch, said):
-        yield candidates, None, rejected
 
 
 class ArrivingExtractions(Mapping[str, Extracted]):
@@ -506,14 +501,20 @@ def consolidate(
         pending = _pending_turns(con, due)
 
     turns = [turn for session in due for turn in pending[session.path]]
-    # The rules run in worker processes while the sessions are reconciled and written here,
-    # in order, as their turns' candidates arrive; an LLM's calls are made first.
-    results = _extract_by_rules(turns) if llm is None else iter(extract_turns(llm, turns))
+    if llm is None:  # the rules run in worker processes while the first sessions are written
+        said = [(t.content, t.speaker, t.turn_id) for t in turns]
+        found = process_map_iter(extract_facts_rules_batch, said)
+        results = ((candidates, None, rejected) for candidates, rejected in found)
+    else:  # an LLM's calls are made before the store is opened
+        found, results = None, iter(extract_turns(llm, turns))
     extracted = ArrivingExtractions(turns, results)
-
-    written = _write_sessions(
-        settings, llm, method, due, pending, extracted, counts, timings, closing, now
-    )
+    try:
+        written = _write_sessions(
+            settings, llm, method, due, pending, extracted, counts, timings, closing, now
+        )
+    finally:
+        if found is not None:
+            found.close()  # a failed run leaves no extraction behind in the workers
     timings["extract_wait"] = extracted.waited
 
     with open_store(settings.db_path) as con:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import duckdb
 
 from memory_dag import progress
 from memory_dag.config import Settings
-from memory_dag.parallel import process_map
+from memory_dag.parallel import InOrder, process_map_iter
 from memory_dag.reports import PREVIEW_ROWS, StageReport
 from memory_dag.store.connection import listed, open_store
 from memory_dag.summaries.conversation_summaries import (
@@ -89,8 +90,11 @@ def summary_report(runs: list[SummaryRun], seconds: float) -> StageReport:
 
 
 #: Conversations are read, summarized and written in groups of about this many turns: one
-#: connection reads a group and one transaction writes it, and memory stays bounded.
-GROUP_TURNS = 200_000
+#: connection reads a group and one transaction writes it, and memory stays bounded (two groups
+#: are held at once: one being written, the next being summarized). Each group costs ~0.1 s of
+#: queries more; at 100k turns, two groups hide half of the reading and writing behind the
+#: workers' summaries.
+GROUP_TURNS = 50_000
 
 
 def summarize_conversation(
@@ -124,6 +128,9 @@ def summarize_conversations(
     no connection is held while the summarizer runs (it may call an LLM for minutes). A
     conversation whose summarizer or write fails keeps its previous summary (the failure is in
     `events`); the others are written, then the failure is raised.
+
+    Extractive summaries are made by the worker processes while this process reads the next
+    group and writes the one before: a group is submitted as soon as it is read.
     """
     config = config or SummarizerConfig.from_settings(settings)
     identity = summarizer_identity(config)
@@ -133,56 +140,18 @@ def summarize_conversations(
     failures: list[tuple[str, BaseException]] = []
     conversations = list(conversations)
     progress.set_total(len(conversations), "conversations")
-    for group in _groups(settings, conversations):
-        started = time.perf_counter()
-        with open_store(settings.db_path) as con:
-            gathered = gather_inputs(con, group, identity)
-        gather_seconds = round((time.perf_counter() - started) / len(group), 3)
-        summarized: list[tuple[ConversationInput, SummaryResult, float]] = []
-        errors: list[tuple[ConversationInput, SummarizationError]] = []
-        due: list[ConversationInput] = []
-        for item in gathered:
-            prior = item.prior
-            if not force and prior is not None and prior.source_fingerprint == item.fingerprint:
-                runs.append(_unchanged(item, prior, {"gather": gather_seconds}))
-                progress.advance()
-            else:
-                due.append(item)
-        if config.llm is None:  # sentence extraction: CPU work, shared by worker processes
-            shape = config.model_dump(include={"chunk_size", "chunk_overlap", "group_size"})
-            jobs = [
-                (item.content, item.prior.content if item.prior else None, shape) for item in due
-            ]
-            for item, (result, seconds) in zip(
-                due,
-                process_map(_extractive, jobs, min_items=PARALLEL_MIN_CONVERSATIONS),
-                strict=True,
-            ):
-                summarized.append((item, result, seconds))
-        for item in due if config.llm is not None else []:
-            started = time.perf_counter()
-            try:
-                result = summarize(
-                    item.content, config, item.prior.content if item.prior else None, CONTENT_TYPE
-                )
-            except SummarizationError as error:
-                errors.append((item, error))
-                continue
-            summarized.append((item, result, round(time.perf_counter() - started, 3)))
-        if not summarized and not errors:
-            continue
-        started = time.perf_counter()
-        with open_store(settings.db_path) as con:
-            written, write_failures = _write_group(con, summarized, errors)
-        write_seconds = round((time.perf_counter() - started) / (len(summarized) + len(errors)), 3)
-        failures += [(item.conversation_id, error) for item, error in errors]
-        failures += list(write_failures.items())
-        for item, result, seconds in summarized:
-            if item.conversation_id in written:
-                generation, retired = written[item.conversation_id]
-                timings = {"gather": gather_seconds, "summarize": seconds, "write": write_seconds}
-                runs.append(_run_of(item, result, generation, retired, timings))
-        progress.advance(len(summarized) + len(errors))
+    in_flight: list[_Group] = []  # at most two: one written while the next is summarized
+    try:
+        for group in _groups(settings, conversations):
+            in_flight.append(_start_group(settings, group, identity, config, force))
+            if len(in_flight) == 2:
+                _finish_group(settings, in_flight.pop(0), config, runs, failures)
+        if in_flight:
+            _finish_group(settings, in_flight.pop(0), config, runs, failures)
+    finally:
+        for unfinished in in_flight:  # a failed stage leaves no summaries behind in the workers
+            if unfinished.extractive is not None:
+                unfinished.extractive.close()
     if len(failures) == 1:
         raise failures[0][1]
     if failures:
@@ -195,6 +164,89 @@ def summarize_conversations(
 
 #: Extractive summaries of at least this many conversations are shared by worker processes.
 PARALLEL_MIN_CONVERSATIONS = 8
+
+Summarized = tuple[ConversationInput, SummaryResult, float]
+
+
+@dataclass
+class _Group:
+    """A group of conversations read from the store, its summaries on their way."""
+
+    gather_seconds: float
+    unchanged: list[SummaryRun] = field(default_factory=list)
+    due: list[ConversationInput] = field(default_factory=list)
+    #: The extractive summaries of `due` (and their seconds), as the workers make them.
+    extractive: InOrder[tuple[SummaryResult, float]] | None = None
+
+
+def _start_group(
+    settings: Settings,
+    group: list[str],
+    identity: str,
+    config: SummarizerConfig,
+    force: bool,
+) -> _Group:
+    """Read a group's input; its extractive summaries start in the worker processes."""
+    started = time.perf_counter()
+    with open_store(settings.db_path) as con:
+        gathered = gather_inputs(con, group, identity)
+    work = _Group(gather_seconds=round((time.perf_counter() - started) / len(group), 3))
+    for item in gathered:
+        prior = item.prior
+        if not force and prior is not None and prior.source_fingerprint == item.fingerprint:
+            work.unchanged.append(_unchanged(item, prior, {"gather": work.gather_seconds}))
+            progress.advance()
+        else:
+            work.due.append(item)
+    if config.llm is None:  # sentence extraction: CPU work, shared by worker processes
+        shape = config.model_dump(include={"chunk_size", "chunk_overlap", "group_size"})
+        jobs = [
+            (item.content, item.prior.content if item.prior else None, shape) for item in work.due
+        ]
+        work.extractive = process_map_iter(_extractive, jobs, min_items=PARALLEL_MIN_CONVERSATIONS)
+    return work
+
+
+def _finish_group(
+    settings: Settings,
+    work: _Group,
+    config: SummarizerConfig,
+    runs: list[SummaryRun],
+    failures: list[tuple[str, BaseException]],
+) -> None:
+    """Take a group's summaries (an LLM's are made now) and write them; adds to `runs` and
+    `failures`."""
+    runs += work.unchanged
+    summarized: list[Summarized] = []
+    errors: list[tuple[ConversationInput, SummarizationError]] = []
+    if work.extractive is not None:
+        for item, (result, seconds) in zip(work.due, work.extractive, strict=True):
+            summarized.append((item, result, seconds))
+    else:
+        for item in work.due:
+            started = time.perf_counter()
+            try:
+                result = summarize(
+                    item.content, config, item.prior.content if item.prior else None, CONTENT_TYPE
+                )
+            except SummarizationError as error:
+                errors.append((item, error))
+                continue
+            summarized.append((item, result, round(time.perf_counter() - started, 3)))
+    if not summarized and not errors:
+        return
+    started = time.perf_counter()
+    with open_store(settings.db_path) as con:
+        written, write_failures = _write_group(con, summarized, errors)
+    write_seconds = round((time.perf_counter() - started) / (len(summarized) + len(errors)), 3)
+    failures += [(item.conversation_id, error) for item, error in errors]
+    failures += list(write_failures.items())
+    for item, result, seconds in summarized:
+        if item.conversation_id in written:
+            generation, retired = written[item.conversation_id]
+            timings = {"gather": work.gather_seconds, "summarize": seconds, "write": write_seconds}
+            runs.append(_run_of(item, result, generation, retired, timings))
+    progress.advance(len(summarized) + len(errors))
 
 
 def _extractive(
@@ -283,9 +335,6 @@ def _unchanged(
         preview=prior.content,
         seconds=seconds,
     )
-
-
-Summarized = tuple[ConversationInput, SummaryResult, float]
 
 
 def _write_group(
