@@ -31,11 +31,11 @@ extraction runs before the store is opened, so its latency does not hold DuckDB'
 (reconciliation calls do, within a batch of at most `LOCK_HOLD_SECONDS`); the rules run in
 worker processes while the first sessions are reconciled (`ArrivingExtractions`).
 
-Kept as one module (~680 lines): one run, read -> extract -> reconcile -> write per batch of
+Kept as one module (~800 lines): one run, read -> extract -> reconcile -> write per batch of
 sessions, live and closing alike; the sessions themselves are in `sessions.py`, the consent
 gate that holds changes of user-context fields in `consent.py`.
 
-Why one module of ~690 lines: per-turn writes, session consolidation and pending entity links
+Why one module: per-turn writes, session consolidation and pending entity links
 are the three steps of one flow over one `TurnWriter` and its session marks.
 """
 
@@ -234,14 +234,20 @@ class ArrivingExtractions(Mapping[str, Extracted]):
                 next_key = next(self._keys, None)
                 if next_key is None:
                     raise KeyError(key)
-                self._arrived[next_key] = next(self._results)
+                self._arrived[next_key] = self._next_result()
         finally:
             self.waited += time.perf_counter() - started
         return self._arrived[key]
 
+    def _next_result(self) -> Extracted:
+        result = next(self._results, None)
+        if result is None:
+            raise RuntimeError("the extraction gave fewer results than there are turns")
+        return result
+
     def __iter__(self) -> Iterator[str]:
-        for key in self._keys:  # every result first (the write path looks keys up instead)
-            self._arrived[key] = next(self._results)
+        for key in self._keys:  # takes every result (the write path looks keys up instead)
+            self._arrived[key] = self._next_result()
         return iter(self._arrived)
 
     def __len__(self) -> int:

@@ -5,7 +5,8 @@ An ingest run asks for the conversations whose files changed (`conversations_due
 run, from the filesystem and the store); `summarize_conversations` gathers each group's input
 with one query per table, skips conversations whose input has not changed since their
 summary, runs the extractive summarizer of many conversations in worker processes (an LLM's
-calls stay in this process), and writes the group's trees and events in one transaction. The
+calls stay in this process), and writes the group's trees and events in one transaction; the
+workers summarize a group while this process reads the next and writes the one before. The
 rows themselves (ids, tree layout, retiring old trees) are `conversation_summaries.py`'s.
 """
 
