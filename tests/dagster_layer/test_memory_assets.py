@@ -88,7 +88,7 @@ def test_sensor_requests_a_run_when_a_session_closes_and_the_run_writes_facts(
     assert facts["sessions_consolidated"].value == 1  # s1; s2 is still open...
     assert facts["sessions_observed"].value == 1  # ...and its turns are examined as they came
     assert facts["facts_added"].value == 3 and facts["facts_deleted"].value == 1
-    assert {"extract_seconds", "reconcile_seconds", "write_seconds"} <= set(facts)
+    assert {"extract_wait_seconds", "reconcile_seconds", "write_seconds"} <= set(facts)
     active = [f["content"] for f in rows(settings, "SELECT content FROM facts ORDER BY event_time")]
     assert active == ["Sam now hates pizza.", "Sam's wife is named Anne."]
 
