@@ -17,6 +17,7 @@ before memory-dag keeps the kernel it got.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Iterable
@@ -50,25 +51,20 @@ def openblas_kernel(flags: Iterable[str]) -> str | None:
     return next((kernel for kernel, needs in KERNELS if needs <= have), None)
 
 
-def import_faiss(cpuinfo: Path = CPUINFO) -> ModuleType:
+def import_faiss() -> ModuleType:
     """`import faiss`, its OpenBLAS on the kernel `openblas_kernel` chooses (see the module)."""
-    if "faiss" in sys.modules or "OPENBLAS_CORETYPE" in os.environ:
-        import faiss
+    kernel = None
+    if "faiss" not in sys.modules and "OPENBLAS_CORETYPE" not in os.environ:
+        import numpy  # noqa: F401  (its OpenBLAS loads now, before the variable is set)
 
-        return faiss
-    import numpy  # noqa: F401  (its OpenBLAS loads now, before the variable is set)
-
-    kernel = openblas_kernel(cpu_flags(cpuinfo))
-    if kernel is None:
-        import faiss
-
-        return faiss
-    os.environ["OPENBLAS_CORETYPE"] = kernel
+        kernel = openblas_kernel(cpu_flags())
+    if kernel is not None:
+        os.environ["OPENBLAS_CORETYPE"] = kernel
     try:
-        import faiss
+        return importlib.import_module("faiss")
     finally:
-        del os.environ["OPENBLAS_CORETYPE"]
-    return faiss
+        if kernel is not None:
+            del os.environ["OPENBLAS_CORETYPE"]
 
 
 faiss = import_faiss()

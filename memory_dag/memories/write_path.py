@@ -649,7 +649,7 @@ def _prefetch_window(
     start: int,
     pending: dict[str, list[UserTurn]],
     extracted: Mapping[str, Extracted],
-    window_turns: int = PREFETCH_TURNS,
+    window_turns: int,
 ) -> int:
     """Look up, in one query each, what the sessions from `start` on would look up one by one:
     their owners' facts and their candidates' cached vectors; returns where the window ends.
