@@ -28,6 +28,7 @@ from memory_dag.store.connection import (
     listed,
     open_store,
 )
+from memory_dag.warm_up import load_embedder_in_background
 
 
 def _now() -> datetime:
@@ -85,6 +86,8 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
         # closed, since closing checkpoints the write-ahead log (a second or more at 100k).
         laid = pa.concat_tables(early) if early else CHUNK_SCHEMA.empty_table()
         report.counts["turns_searchable_early"] = lay_new_turns(settings, laid, transcripts)
+        if pending:  # the next stages embed: the model loads while closing checkpoints
+            load_embedder_in_background(settings)
     return report
 
 
