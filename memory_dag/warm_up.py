@@ -55,10 +55,10 @@ def load_embedder_in_background(settings: Settings) -> threading.Thread | None:
     """Load the local embedding model in a daemon thread; returns the thread (None when the
     provider calls a server instead).
 
-    The chunks stage calls this when it has files to chunk: the stages after it (facts,
-    entities, embeddings) embed, and the first of them paid the model's load (~2 s on one core,
-    mostly the wheel's import and its tokenizer) while the chunks stage, mostly DuckDB's and
-    Polars' work outside the GIL, left a core idle. The provider's lock makes a stage that
+    The chunks stage calls this as it closes the store after chunking files: the stages after
+    it (facts, entities, embeddings) embed, and the first of them paid the model's load (~2 s
+    on one core, mostly the wheel's import and its tokenizer), while the close's checkpoint,
+    DuckDB's work outside the GIL, left a core idle. The provider's lock makes a stage that
     embeds before the load ends wait for it instead of loading a second copy.
     """
     if settings.embedding_provider not in LOCAL_PROVIDERS:
