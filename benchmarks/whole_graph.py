@@ -215,11 +215,10 @@ def asset_seconds(stages: dict[str, Any]) -> dict[str, float]:
 
 def open_instance(home: Path) -> Any:
     """The Dagster instance in `home` (quietly: it logs a line per storage it opens)."""
-    import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
+    from memory_dag.dagster_event_log import open_instance as open_in
 
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    return open_in(home)
 
 
 def run_step_spans(instance: Any, run_id: str) -> dict[str, tuple[float, float]]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from dagster import Field, StringSource
+import dagster as dg
 from dagster._core.events import DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
@@ -36,7 +37,7 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
 
     @classmethod
     def config_type(cls) -> dict[str, Any]:
-        return {"base_dir": Field(StringSource, is_required=False)}
+        return {"base_dir": dg.Field(dg.StringSource, is_required=False)}
 
     @classmethod
     def from_config_value(
@@ -61,6 +62,22 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
                       for i, event in enumerate(events)}  # fmt: skip
             for event, event_id in latest.values():
                 self._store_asset_event(conn, event, event_id)
+
+
+def open_instance(home: Path) -> dg.DagsterInstance:
+    """The instance whose dagster.yaml is in `home`, loaded as `DAGSTER_HOME=home` loads it:
+    this event log finds its folder under DAGSTER_HOME, which is set only while it loads."""
+    from dagster._core.instance.ref import InstanceRef
+
+    before = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    finally:
+        if before is None:
+            del os.environ["DAGSTER_HOME"]
+        else:
+            os.environ["DAGSTER_HOME"] = before
 
 
 def default_base_dir() -> str:

@@ -13,11 +13,11 @@ from typing import Any
 
 import dagster as dg
 from dagster._core.events import DagsterEventType
-from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.dagster_run import RunsFilter
 
 from memory_dag.cli.dagster_runs import PID_TAG
 from memory_dag.config import ENV_PREFIX, Settings
+from memory_dag.dagster_event_log import open_instance as instance_in
 from memory_dag.index.published import current_version, load_index
 from memory_dag.store.connection import open_store, schema_version
 
@@ -33,7 +33,7 @@ def dagster_home(folder: Path) -> Path:
 
 def open_instance(home: Path) -> dg.DagsterInstance:
     """The instance the CLI processes use, opened beside them (dispose it after use)."""
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    return instance_in(home)
 
 
 def cli_env(home: Path | None = None) -> dict[str, str]:

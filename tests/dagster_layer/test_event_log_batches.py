@@ -1,6 +1,7 @@
 """The instance's event log stores a run's batch of per-partition materializations at once,
 and what it stores reads back as Dagster's own SQLite event log would have stored it."""
 
+import os
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import sqlalchemy
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
 from memory_dag.cli.main import EVENT_BATCH_ENV
-from memory_dag.dagster_event_log import BatchedSqliteEventLogStorage
+from memory_dag.dagster_event_log import BatchedSqliteEventLogStorage, open_instance
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = [f"conv-{n:03d}" for n in range(12)]
@@ -143,3 +144,13 @@ def test_without_dagster_home_the_event_log_says_where_it_would_have_lived(
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     with pytest.raises(ValueError, match="DAGSTER_HOME is not set"):
         BatchedSqliteEventLogStorage.from_config_value(None, {})
+
+
+def test_open_instance_loads_a_home_as_dagster_home_would_and_leaves_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    home = _home(tmp_path, "project", REPO_ROOT / "data" / "dagster_home" / "dagster.yaml")
+    instance = open_instance(home)
+    assert Path(instance.event_log_storage._base_dir) == home / "history" / "runs"
+    assert "DAGSTER_HOME" not in os.environ
