@@ -215,9 +215,9 @@ def asset_seconds(stages: dict[str, Any]) -> dict[str, float]:
 
 def open_instance(home: Path) -> Any:
     """The Dagster instance in `home` (quietly: it logs a line per storage it opens)."""
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     from memory_dag.dagster_event_log import open_instance as open_in
 
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     return open_in(home)
 
 
