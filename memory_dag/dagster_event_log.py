@@ -58,8 +58,9 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         with self.index_transaction() as conn:
             ids = [conn.execute(statement).inserted_primary_key[0] for statement in statements]
             self._store_asset_event_tags(conn, list(events), ids)
-            latest = {event.get_dagster_event().asset_key: (event, ids[i])
-                      for i, event in enumerate(events)}  # fmt: skip
+            latest: dict[dg.AssetKey | None, tuple[EventLogEntry, int]] = {}
+            for event, event_id in zip(events, ids, strict=True):  # each asset's last
+                latest[event.get_dagster_event().asset_key] = (event, event_id)
             for event, event_id in latest.values():
                 self._store_asset_event(conn, event, event_id)
 
