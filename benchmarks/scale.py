@@ -61,6 +61,7 @@ from memory_dag.store.shards import SHARD_TAG, all_shard_settings, settings_for,
 from tests.scale.corpus import TOPICS, users_covering, write_corpus  # noqa: E402
 from tests.scale.servers import (  # noqa: E402
     BIN,
+    WORKSPACE,
     Processes,
     deployment_env,
     missing_binaries,
@@ -256,7 +257,12 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, folder
         for number in range(workers):
             worker = processes.celery_worker(f"worker{number + 1}", worker_cores(number, args))
             roles["Celery workers (the runs)"].append(psutil.Process(worker.pid))
-        roles["daemon + code server (sensors, queue)"] = [psutil.Process(processes.daemon().pid)]
+        code_server = processes.code_server()
+        daemon = processes.daemon()
+        roles["daemon + code server (sensors, queue)"] = [
+            psutil.Process(daemon.pid),
+            psutil.Process(code_server.pid),
+        ]
         roles.update(service_roots(servers_dir, env["MEMORY_DAG_REDIS_URL"]))
         roles["this benchmark (polling)"] = [psutil.Process()]
         with dg.DagsterInstance.get() as instance:
@@ -300,7 +306,7 @@ def one_setting(workers: int, names: list[str], args: argparse.Namespace, folder
             for shard in range(SHARDS):
                 key = shard_key(shard)
                 tags = json.dumps({"dagster/partition": key, SHARD_TAG: key})
-                command = [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml"]
+                command = [str(BIN / "dagster"), "job", "launch", "-w", str(WORKSPACE)]
                 command += ["-j", "maintenance_job", "--tags", tags]
                 launches.append(subprocess.Popen(command, cwd=REPO, env=env))
             for launch in launches:

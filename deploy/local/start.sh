@@ -8,7 +8,8 @@
 #   deploy/local/stop.sh [DIR]
 #
 # Ports: PGPORT (default 54329), BOUNCER_PORT (default PGPORT + 1) and REDIS_PORT (default
-# 63799). PostgreSQL and PgBouncer refuse to run as root, so as root they run as the `postgres`
+# 63799); CODE_SERVER_PORT (default 4266) is only written to DIR/env, for the code server that
+# deploy/local/workspace.yaml names (the deployment starts it, not this script). PostgreSQL and PgBouncer refuse to run as root, so as root they run as the `postgres`
 # user (runuser).
 #
 # Why PgBouncer: dagster-postgres opens a new connection for every statement (SQLAlchemy's
@@ -23,6 +24,7 @@ set -euo pipefail
 DIR="$(realpath -m "${1:-data/local-servers}")"
 PGPORT="${PGPORT:-54329}"
 REDIS_PORT="${REDIS_PORT:-63799}"
+CODE_SERVER_PORT="${CODE_SERVER_PORT:-4266}"
 BOUNCER_PORT="${BOUNCER_PORT:-$((PGPORT + 1))}"
 PGBIN="${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}"
 
@@ -116,5 +118,6 @@ export PGHOST=127.0.0.1 PGPORT=$PGPORT PGUSER=dagster PGDATABASE=dagster
 export MEMORY_DAG_POSTGRES_URL=postgresql+psycopg2://dagster@127.0.0.1:$DAGSTER_PORT/dagster
 export MEMORY_DAG_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export MEMORY_DAG_SERVERS_DIR=$DIR
+export MEMORY_DAG_CODE_SERVER_PORT=$CODE_SERVER_PORT
 ENV
 echo "PostgreSQL on 127.0.0.1:$PGPORT (Dagster's URL: port $DAGSTER_PORT), Redis on 127.0.0.1:$REDIS_PORT; settings in $DIR/env"

@@ -20,6 +20,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = REPO / "deploy" / "local"
+#: The deployment's workspace: the standing code server that `Processes.code_server` starts.
+WORKSPACE = LOCAL / "workspace.yaml"
 BIN = Path(sys.executable).parent
 
 
@@ -44,9 +46,10 @@ def start_servers() -> tuple[Path, dict[str, str]]:
     # Not under pytest's 0700 temp folders: as root, PostgreSQL runs as the postgres user.
     folder = Path(tempfile.mkdtemp(prefix="memory-dag-servers-"))
     folder.chmod(0o755)
+    names = ("PGPORT", "BOUNCER_PORT", "REDIS_PORT", "CODE_SERVER_PORT")
     ports: dict[str, str] = {}
-    while len(set(ports.values())) < 3:  # three different ports
-        ports = {name: str(free_port()) for name in ("PGPORT", "BOUNCER_PORT", "REDIS_PORT")}
+    while len(set(ports.values())) < len(names):  # all different
+        ports = {name: str(free_port()) for name in names}
     started = subprocess.run(
         [LOCAL / "start.sh", folder], env={**os.environ, **ports}, capture_output=True, text=True
     )
@@ -87,6 +90,8 @@ class Processes:
         self.env = env
         self.logs = logs
         self.started: list[subprocess.Popen] = []
+        self.named: dict[str, subprocess.Popen] = {}
+        self._code_server: subprocess.Popen | None = None
 
     def start(self, name: str, command: list[str]) -> subprocess.Popen:
         log = (self.logs / f"{name}.log").open("wb")
@@ -99,6 +104,7 @@ class Processes:
             start_new_session=True,
         )
         self.started.append(process)
+        self.named[name] = process
         return process
 
     def celery_worker(self, name: str, cores: set[int] | None = None) -> subprocess.Popen:
@@ -126,8 +132,34 @@ class Processes:
             ],
         )
 
+    def code_server(self, timeout: float = 120) -> subprocess.Popen:
+        """The code location's gRPC server (deploy/local/workspace.yaml names it), once it
+        answers."""
+        from dagster._grpc.client import DagsterGrpcClient
+
+        port = self.env["MEMORY_DAG_CODE_SERVER_PORT"]
+        self._code_server = self.start(
+            "code_server",
+            [str(BIN / "dagster"), "api", "grpc", "-h", "127.0.0.1", "-p", port]
+            + ["-m", "memory_dag.definitions", "-d", str(REPO)],
+        )
+        client = DagsterGrpcClient(port=int(port), host="127.0.0.1")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.ping("memory-dag")
+                return self._code_server
+            except Exception:
+                if self._code_server.poll() is not None or time.monotonic() > deadline:
+                    log = self.logs / "code_server.log"
+                    raise RuntimeError(f"the code server did not start (see {log})") from None
+                time.sleep(0.25)
+
     def daemon(self) -> subprocess.Popen:
-        return self.start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
+        """The Dagster daemon, over the code server (started first when it is not running)."""
+        if self._code_server is None or self._code_server.poll() is not None:
+            self.code_server()
+        return self.start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE)])
 
     def stop_all(self) -> None:
         for process in reversed(self.started):
@@ -140,6 +172,20 @@ class Processes:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc: no psutil in the test dependencies)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        try:
+            # `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and int(fields[1]) == pid:
+            children.append(int(entry.name))
+    return children
 
 
 def deployment_env(servers: dict[str, str], home: Path, data: Path, shards: int) -> dict[str, str]:

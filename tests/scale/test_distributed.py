@@ -29,7 +29,15 @@ from memory_dag.store.shards import (
     user_key,
 )
 from tests.scale.corpus import users_covering, write_corpus
-from tests.scale.servers import BIN, REPO, Processes, deployment_env, servers  # noqa: F401
+from tests.scale.servers import (  # noqa: F401
+    BIN,
+    REPO,
+    WORKSPACE,
+    Processes,
+    child_pids,
+    deployment_env,
+    servers,
+)
 from tests.scale.test_shard_assets import settle
 from tests.store_snapshot import differences, store_tables
 
@@ -84,7 +92,7 @@ def launch(env: dict[str, str], job: str, shard: str, *, wait: bool = True) -> s
     """Submit a run to the instance's queue, as the UI's launch button does (`wait`: until
     `dagster job launch` has exited, successfully)."""
     tags = json.dumps({"dagster/partition": shard, SHARD_TAG: shard})
-    command = [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", job]
+    command = [str(BIN / "dagster"), "job", "launch", "-w", str(WORKSPACE), "-j", job]
     launching = subprocess.Popen(
         [*command, "--tags", tags],
         cwd=REPO,
@@ -142,6 +150,10 @@ def test_eight_shards_run_side_by_side_one_writer_each_and_equal_single_stores(d
     wait_for(lambda: len(ingested()) >= SHARDS, "an ingest run of every shard", tmp_path)
     since = [time.monotonic()]
     wait_for(lambda: quiet(instance, since), "the queue to drain", tmp_path)
+    # The daemon read the code location from the standing code server all along: it started
+    # none of its own (one it starts is its child, replaced at every workspace refresh).
+    assert processes.named["code_server"].poll() is None
+    assert child_pids(processes.named["daemon"].pid) == []
     processes.stop_all()
 
     runs = instance.get_runs()
