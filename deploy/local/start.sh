@@ -8,9 +8,10 @@
 #   deploy/local/stop.sh [DIR]
 #
 # Ports: PGPORT (default 54329), BOUNCER_PORT (default PGPORT + 1) and REDIS_PORT (default
-# 63799); CODE_SERVER_PORT (default 4266) is only written to DIR/env, for the code server that
-# deploy/local/workspace.yaml names (the deployment starts it, not this script). PostgreSQL and PgBouncer refuse to run as root, so as root they run as the `postgres`
-# user (runuser).
+# 63799). CODE_SERVER_PORT (default 4266) is only written to DIR/env: the code server that
+# deploy/local/workspace.yaml names is started with the daemon, not by this script.
+# PostgreSQL and PgBouncer refuse to run as root, so as root they run as the `postgres` user
+# (runuser).
 #
 # Why PgBouncer: dagster-postgres opens a new connection for every statement (SQLAlchemy's
 # NullPool, so an instance never holds connections), and each new PostgreSQL connection forks

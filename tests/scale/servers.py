@@ -91,7 +91,6 @@ class Processes:
         self.logs = logs
         self.started: list[subprocess.Popen] = []
         self.named: dict[str, subprocess.Popen] = {}
-        self._code_server: subprocess.Popen | None = None
 
     def start(self, name: str, command: list[str]) -> subprocess.Popen:
         log = (self.logs / f"{name}.log").open("wb")
@@ -138,7 +137,7 @@ class Processes:
         from dagster._grpc.client import DagsterGrpcClient
 
         port = self.env["MEMORY_DAG_CODE_SERVER_PORT"]
-        self._code_server = self.start(
+        server = self.start(
             "code_server",
             [str(BIN / "dagster"), "api", "grpc", "-h", "127.0.0.1", "-p", port]
             + ["-m", "memory_dag.definitions", "-d", str(REPO)],
@@ -148,16 +147,17 @@ class Processes:
         while True:
             try:
                 client.ping("memory-dag")
-                return self._code_server
+                return server
             except Exception:
-                if self._code_server.poll() is not None or time.monotonic() > deadline:
+                if server.poll() is not None or time.monotonic() > deadline:
                     log = self.logs / "code_server.log"
                     raise RuntimeError(f"the code server did not start (see {log})") from None
                 time.sleep(0.25)
 
     def daemon(self) -> subprocess.Popen:
         """The Dagster daemon, over the code server (started first when it is not running)."""
-        if self._code_server is None or self._code_server.poll() is not None:
+        server = self.named.get("code_server")
+        if server is None or server.poll() is not None:
             self.code_server()
         return self.start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE)])
 
@@ -178,12 +178,14 @@ def child_pids(pid: int) -> list[int]:
     """The processes whose parent is `pid` (from /proc: no psutil in the test dependencies)."""
     children = []
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
             # `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        except (OSError, IndexError):  # the process ended meanwhile
             continue
-        if entry.name.isdigit() and int(fields[1]) == pid:
+        if int(fields[1]) == pid:
             children.append(int(entry.name))
     return children
 
