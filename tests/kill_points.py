@@ -17,7 +17,7 @@ from dagster._core.storage.dagster_run import RunsFilter
 
 from memory_dag.cli.dagster_runs import PID_TAG
 from memory_dag.config import ENV_PREFIX, Settings
-from memory_dag.dagster_event_log import open_instance as instance_in
+from memory_dag.dagster_event_log import open_instance as open_instance  # the CLI's instance
 from memory_dag.index.published import current_version, load_index
 from memory_dag.store.connection import open_store, schema_version
 
@@ -29,11 +29,6 @@ def dagster_home(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO_ROOT / "data" / "dagster_home" / "dagster.yaml", folder / "dagster.yaml")
     return folder
-
-
-def open_instance(home: Path) -> dg.DagsterInstance:
-    """The instance the CLI processes use, opened beside them (dispose it after use)."""
-    return instance_in(home)
 
 
 def cli_env(home: Path | None = None) -> dict[str, str]:

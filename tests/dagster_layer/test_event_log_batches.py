@@ -65,6 +65,13 @@ def _home(tmp_path: Path, name: str, yaml: Path) -> Path:
     return home
 
 
+def _plain_home(tmp_path: Path) -> Path:
+    """A home on Dagster's own SQLite event log."""
+    plain_yaml = tmp_path / "plain.yaml"
+    plain_yaml.write_text("telemetry:\n  enabled: false\n")
+    return _home(tmp_path, "plain", plain_yaml)
+
+
 def test_the_projects_instance_stores_a_steps_partitions_in_one_transaction_a_database(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, commits: list[str]
 ) -> None:
@@ -77,9 +84,7 @@ def test_the_projects_instance_stores_a_steps_partitions_in_one_transaction_a_da
     assert instance.get_materialized_partitions(summaries.key) == set(PARTITIONS)
 
     commits.clear()
-    plain_yaml = tmp_path / "plain.yaml"
-    plain_yaml.write_text("telemetry:\n  enabled: false\n")
-    _materialize_every_partition(_home(tmp_path, "plain", plain_yaml), monkeypatch)
+    _materialize_every_partition(_plain_home(tmp_path), monkeypatch)
     # Event by event, each materialization commits in the run's database and in the index
     # database; as a batch, the 12 commit once in each: 2 x 11 commits fewer. Every other
     # event of the run commits as before.
@@ -93,9 +98,7 @@ def test_a_batch_reads_back_as_dagsters_own_sqlite_event_log_stores_it(
         _home(tmp_path, "batched", REPO_ROOT / "data" / "dagster_home" / "dagster.yaml"),
         monkeypatch,
     )
-    plain_yaml = tmp_path / "plain.yaml"
-    plain_yaml.write_text("telemetry:\n  enabled: false\n")
-    plain = _materialize_every_partition(_home(tmp_path, "plain", plain_yaml), monkeypatch)
+    plain = _materialize_every_partition(_plain_home(tmp_path), monkeypatch)
     assert type(plain.event_log_storage) is SqliteEventLogStorage
 
     def seen(instance: dg.DagsterInstance) -> dict[str, object]:
