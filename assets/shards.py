@@ -18,7 +18,6 @@ sensors, routes the workspace and asks for a run of each shard whose files chang
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +28,7 @@ from pydantic import PrivateAttr
 from assets.jobs import ingest_job
 from assets.resources import MemoryStoreResource
 from memory_dag.config import Settings
+from memory_dag.ingest.sensor_state import load_state, save_state, state_folder
 from memory_dag.ingest.watch import state_fingerprint
 from memory_dag.store.shards import (
     SHARD_TAG,
@@ -153,8 +153,10 @@ def shard_workspace_sensor(
     # Imported here: routing reads files, which the code server never needs at load time.
     from memory_dag.ingest.routing import look_at_shards
 
-    previous = json.loads(context.cursor) if context.cursor else {}
-    look = look_at_shards(memory.settings(), previous, debounce_seconds=DEBOUNCE_SECONDS)
+    settings = memory.settings()
+    folder = state_folder(settings)
+    previous = load_state(folder, "shard_workspace_sensor", context.cursor)
+    look = look_at_shards(settings, previous, debounce_seconds=DEBOUNCE_SECONDS)
     requests = [
         dg.RunRequest(
             run_key=f"{key}-{state_fingerprint(look.shards[key].state)}",
@@ -168,7 +170,7 @@ def shard_workspace_sensor(
     skip_reason = "no shard changed" if look.routed else "the workspace is unchanged"
     return dg.SensorResult(
         run_requests=requests,
-        cursor=json.dumps(look.cursor, sort_keys=True),
+        cursor=save_state(folder, "shard_workspace_sensor", look.cursor, context.cursor),
         skip_reason=None if requests else skip_reason,
     )
 

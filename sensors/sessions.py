@@ -1,13 +1,13 @@
 """The sessions sensor: a new session closes the older ones, so their facts are consolidated.
 
 Filesystem and Dagster instance only (sensors never open DuckDB). It keeps the session files it
-has seen in its cursor and asks for one `ingest_job` run when a conversation gains a session,
-or when an older (already closed) session's transcript changes; the run summarizes those
-conversations. The run key is a fingerprint of those conversations' transcripts, so the same
-change never runs twice, even after a cursor reset.
+has seen beside the store (`ingest/sensor_state.py`; the cursor names that file) and asks for
+one `ingest_job` run when a conversation gains a session, or when an older (already closed)
+session's transcript changes; the run summarizes those conversations. The run key is a
+fingerprint of those conversations' transcripts, so the same change never runs twice, even
+after a cursor reset.
 """
 
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -15,6 +15,7 @@ import dagster as dg
 from assets.jobs import ingest_job, ingest_run
 from assets.resources import MemoryStoreResource
 from assets.summaries import conversations
+from memory_dag.ingest.sensor_state import load_state, save_state, state_folder
 from memory_dag.memories.sessions import scan_sessions, sessions_fingerprint
 
 #: Files younger than this are being written: looked at next time (seed 002's debounce).
@@ -30,10 +31,12 @@ DEBOUNCE_SECONDS = 1.5
 def sessions_sensor(
     context: dg.SensorEvaluationContext, memory: MemoryStoreResource
 ) -> dg.SensorResult:
-    previous = json.loads(context.cursor) if context.cursor else {}
-    workspace = Path(memory.settings().workspace)
+    settings = memory.settings()
+    folder = state_folder(settings)
+    previous = load_state(folder, "sessions_sensor", context.cursor)
+    workspace = Path(settings.workspace)
     changes, state = scan_sessions(workspace, previous, debounce_seconds=DEBOUNCE_SECONDS)
-    cursor = json.dumps(state, sort_keys=True)
+    cursor = save_state(folder, "sessions_sensor", state, context.cursor)
     if not changes.conversations:
         return dg.SensorResult(
             skip_reason=f"no session closed ({changes.summary()})", cursor=cursor

@@ -1,13 +1,13 @@
 """The workspace sensor: the file watcher of seed 002, as a Dagster sensor.
 
 It looks only at the filesystem and the Dagster instance (sensors run outside the DuckDB
-pool), keeps the file state in its cursor, and asks for one ingest run per workspace version:
-the run key is a fingerprint of every file's hash, so the same change never runs twice, even
-after a cursor reset. The run summarizes only the conversations whose files changed
-(`assets.jobs.ingest_run`); new conversations become summary partitions in the same tick.
+pool), keeps the file state beside the store (`ingest/sensor_state.py`; the cursor names that
+file), and asks for one ingest run per workspace version: the run key is a fingerprint of
+every file's hash, so the same change never runs twice, even after a cursor reset. The run
+summarizes only the conversations whose files changed (`assets.jobs.ingest_run`); new
+conversations become summary partitions in the same tick.
 """
 
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -15,6 +15,7 @@ import dagster as dg
 from assets.jobs import ingest_job, ingest_run
 from assets.resources import MemoryStoreResource
 from assets.summaries import conversations
+from memory_dag.ingest.sensor_state import load_state, save_state, state_folder
 from memory_dag.ingest.watch import changed_conversations, scan_settled, state_fingerprint
 
 #: Seed 002's watch debounce (1.5 s): files younger than this are looked at next time.
@@ -36,8 +37,9 @@ INTERVAL_SECONDS = 1
 def workspace_sensor(
     context: dg.SensorEvaluationContext, memory: MemoryStoreResource
 ) -> dg.SensorResult:
-    previous = json.loads(context.cursor) if context.cursor else {}
     settings = memory.settings()
+    folder = state_folder(settings)
+    previous = load_state(folder, "workspace_sensor", context.cursor)
 
     changes, state = scan_settled(
         Path(settings.workspace),
@@ -45,7 +47,7 @@ def workspace_sensor(
         debounce_seconds=DEBOUNCE_SECONDS,
         extra_roots=settings.workspace_extra_roots,
     )
-    cursor = json.dumps(state, sort_keys=True)
+    cursor = save_state(folder, "workspace_sensor", state, context.cursor)
     if not changes.any:
         reason = "no changes" + (f" ({changes.summary()})" if changes.settling else "")
         return dg.SensorResult(skip_reason=reason, cursor=cursor)

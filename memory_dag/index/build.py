@@ -262,15 +262,15 @@ def build_fts_index(
         rows = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
         if background:
             _lower_this_threads_priority()
-        if force:
+        if force:  # everything made again by the extension itself, its macros included
             rebuild_chunks_fts(con)
-            done = "rebuilt"
-        else:  # a small change in place, as the pragma would compute it (`chunks_fts.py`)
+            done = "rebuilt by the extension"
+        else:  # in place after a small change, else whole (`chunks_fts.py`)
             done = refresh_chunks_fts(con)
         set_meta(con, "fts_fingerprint", fingerprint)
         report.counts = {
             "rows": int(rows),
-            "incremental": int(done != "rebuilt"),
+            "incremental": int(done.startswith("updated")),
             "beside_search_index": int(background),  # else after it: the step takes both
         }
         report.notes.append(f"{done}; fts extension loaded from {how}")
@@ -297,10 +297,9 @@ def build_indexes(
 ) -> Iterator[StageReport]:
     """The search index and DuckDB's FTS index, built side by side; reports as they finish.
 
-    DuckDB builds its FTS index on one core, in C++, without holding the GIL, so it can run
-    next to the FAISS + BM25 build (at 100k chunks, ~14 s for both against ~16 s one after
-    the other). The FTS build runs at a lower priority, so that the search index, which agents
-    are waiting for, is published about as soon as when it is built alone. Above
+    DuckDB fills its FTS index in C++, without holding the GIL, so it can run next to the
+    FAISS + BM25 build. The FTS build runs at a lower priority, so that the search index, which
+    agents are waiting for, is published about as soon as when it is built alone. Above
     `FTS_BESIDE_MAX_CHUNKS` it runs after the search index instead, for memory. The search
     index is reported first; a failure of one build beside the other does not stop it.
 

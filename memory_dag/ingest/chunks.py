@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from memory_dag import progress
 from memory_dag.config import Settings
+from memory_dag.index.chunks_fts import make_empty_index
 from memory_dag.index.early_turns import MAX_TURNS, lay_new_turns, new_turns
 from memory_dag.ingest.chunk_rows import (
     CHUNK_SCHEMA,
@@ -45,6 +46,10 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             con,
             f"SELECT path, kind, source, hash, conversation_id, session_id FROM files {where}",
         )
+        # A new store: DuckDB's FTS index is made while `chunks` is still empty, so that the
+        # index step fills it with its own SQL, not the extension's one-core build.
+        if pending and make_empty_index(con):
+            report.notes.append("DuckDB's FTS index made empty, for the index step to fill")
         now = _now()
         transcripts = {p["path"] for p in pending if p["kind"] == "transcript"}
         written = 0

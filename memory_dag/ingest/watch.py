@@ -1,6 +1,6 @@
 """Change detection for the workspace sensor: what is new, changed or deleted since last look.
 
-The state is a small dict `{rel_path: [size, mtime, sha256]}` kept in the sensor cursor. A
+The state is a dict `{rel_path: [size, mtime, sha256]}` kept by `sensor_state.py`. A
 cheap `stat()` decides which files to hash; only a different hash is a change (a `touch`
 is not). Files modified within `debounce_seconds` are left for the next look, so a file
 being written is not ingested half-way (the watcher's debounce, seed 002: 1.5 s).

@@ -3,6 +3,7 @@ run (and block), the workspace sensor and the schedule are evaluated."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -164,6 +165,9 @@ def test_sensor_requests_one_run_per_workspace_version(
     assert len(first.run_requests) == 1
     first_key = first.run_requests[0].run_key
     assert "6 new" in first.run_requests[0].tags["memory_dag/changes"]
+    # The files' state is beside the store; the cursor (stored with every tick) names it.
+    (state_file,) = Path(f"{settings.db_path}.sensors").iterdir()
+    assert json.loads(first.cursor) == {"state": state_file.name.split("-")[-1][:-5]}
 
     quiet = evaluate(first.cursor, settings, instance)
     assert quiet.run_requests == [] and quiet.skip_reason

@@ -1,4 +1,5 @@
-"""DuckDB's FTS index brought up to date in place scores every chunk as a rebuild would."""
+"""DuckDB's FTS index, filled whole or brought up to date in place by `chunks_fts`, scores
+every chunk as the extension's own build (`PRAGMA create_fts_index`) does."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import duckdb
 import pytest
 
 from memory_dag.config import Settings
-from memory_dag.index.chunks_fts import SCHEMA, rebuild_chunks_fts, refresh_chunks_fts
+from memory_dag.index.chunks_fts import (
+    SCHEMA,
+    make_empty_index,
+    rebuild_chunks_fts,
+    refresh_chunks_fts,
+)
 from memory_dag.store.connection import load_fts, open_store
 
 WORDS = [
@@ -105,7 +111,7 @@ def test_small_changes_in_place_score_as_a_rebuild_does(con: duckdb.DuckDBPyConn
     rows = {f"ch_{number:04}": _text(rng) for number in range(500)}
     rows["ch_only"] = "Zanzibar"  # the one chunk with its word: gone in the first round
     _chunks(con, rows)
-    assert refresh_chunks_fts(con) == "rebuilt"  # no index yet
+    assert refresh_chunks_fts(con) == "rebuilt by the extension"  # no index yet
 
     for _ in range(4):  # several increments in a row, each compared with a rebuild
         rows.pop("ch_only", None)
@@ -125,6 +131,37 @@ def test_small_changes_in_place_score_as_a_rebuild_does(con: duckdb.DuckDBPyConn
         assert any(score for _, score in in_place["scores"]["cats running"])
 
 
+def test_an_index_made_empty_is_filled_whole_as_the_extension_builds_it(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    """A new store: the extension makes the index while `chunks` is empty; the first fill and
+    every large change after it are this module's SQL, and score as the pragma does."""
+    assert make_empty_index(con)
+    assert not make_empty_index(con)  # made already
+    rng = random.Random(11)
+    rows = {f"ch_{number:03}": _text(rng) for number in range(300)}
+    rows["ch_alone"] = "Zanzibar"
+    for _ in range(3):  # the first fill, then two changes too large for in place
+        _chunks(con, rows)
+        assert refresh_chunks_fts(con) == "rebuilt"
+        filled = _index(con)
+        assert con.execute(f"SELECT count(*) FROM {SCHEMA}.indexed").fetchone()[0] == len(rows)
+
+        rebuild_chunks_fts(con)
+        assert filled == _index(con)
+        assert any(score for _, score in filled["scores"]["cats running"])
+        rows = {key: text for key, text in rows.items() if rng.random() < 0.7}
+        rows.update({f"new_{rng.randrange(10**6):07}": _text(rng) for _ in range(60)})
+
+
+def test_no_empty_index_over_chunks_that_exist(con: duckdb.DuckDBPyConnection) -> None:
+    _chunks(con, {"ch_1": "pottery"})
+    assert not make_empty_index(con)
+    assert con.execute(
+        "SELECT count(*) FROM duckdb_schemas() WHERE schema_name = ?", [SCHEMA]
+    ).fetchone() == (0,)
+
+
 def test_a_large_change_or_an_index_without_its_record_is_rebuilt(
     con: duckdb.DuckDBPyConnection,
 ) -> None:
@@ -135,7 +172,9 @@ def test_a_large_change_or_an_index_without_its_record_is_rebuilt(
         "PRAGMA create_fts_index('chunks', 'id', 'text', stemmer = 'porter', "
         "stopwords = 'english', overwrite = 1)"
     )  # as memory-dag built it before it kept `indexed`
-    assert refresh_chunks_fts(con) == "rebuilt"
+    built = _index(con)
+    assert refresh_chunks_fts(con) == "rebuilt"  # filled again whole, the extension's macros kept
+    assert _index(con) == built
     assert refresh_chunks_fts(con) == "updated in place: 0 added, 0 removed"
 
     _chunks(con, {**rows, **{f"new_{n}": "fresh words" for n in range(20)}})  # 20% new
@@ -154,7 +193,9 @@ def test_a_new_session_reaches_sql_full_text_search_in_place(
     from tests.index.test_incremental import new_session
 
     monkeypatch.setattr(chunks_fts, "SMALL_CHANGE", 1.0)
-    run_all(settings)
+    first = {report.stage: report for report in run_all(settings)}
+    # The chunks stage of the new store made the index empty; the index step filled it.
+    assert first["chunks_fts"].notes[0].startswith("rebuilt;")
     new_session(settings)
     reports = {report.stage: report for report in run_all(settings)}
 

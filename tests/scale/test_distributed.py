@@ -156,6 +156,12 @@ def test_eight_shards_run_side_by_side_one_writer_each_and_equal_single_stores(d
     assert child_pids(processes.named["daemon"].pid) == []
     processes.stop_all()
 
+    # Every tick Dagster stored holds the shard sensor's cursor: only the name of its state
+    # file (`ingest/sensor_state.py`), not every workspace file's state.
+    (sensor,) = [s for s in instance.all_instigator_state() if s.name == "shard_workspace_sensor"]
+    ticks = instance.get_ticks(sensor.instigator_origin_id, sensor.selector_id)
+    assert len(ticks) >= 2 and {len(tick.cursor or "") for tick in ticks} <= set(range(100))
+
     runs = instance.get_runs()
     assert ingested() == [shard_key(s) for s in range(SHARDS)]
     for worker in ("worker1", "worker2"):  # deploy/local/dagster_celery_config.py
