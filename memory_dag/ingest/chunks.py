@@ -47,7 +47,7 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
             f"SELECT path, kind, source, hash, conversation_id, session_id FROM files {where}",
         )
         # A new store: DuckDB's FTS index is made while `chunks` is still empty, so that the
-        # index step fills it with its own SQL, not the extension's one-core build.
+        # index step fills it with its own SQL, not the extension's slower build.
         if pending and make_empty_index(con):
             report.notes.append("DuckDB's FTS index made empty, for the index step to fill")
         now = _now()

@@ -62,9 +62,14 @@ def load_state(folder: Path, sensor: str, cursor: str | None) -> dict[str, Any]:
 def save_state(folder: Path, sensor: str, state: dict[str, Any], cursor: str | None) -> str:
     """The cursor for `state`, its file written if that version is new. `cursor` (the tick's
     previous one) keeps its file; the sensor's other files are removed."""
-    last = _LAST.get((folder, sensor))
-    if last is not None and cursor == _cursor(last[0]) and last[1] == state:
-        return cursor  # nothing changed: nothing to write, not even to serialize
+    last_digest, last_state = _LAST.get((folder, sensor), (None, None))
+    if (
+        last_digest is not None
+        and cursor == _cursor(last_digest)
+        and last_state == state
+        and _state_file(folder, sensor, last_digest).exists()  # deleted since: written again
+    ):
+        return cursor  # nothing to write, not even to serialize
     text = json.dumps(state, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     target = _state_file(folder, sensor, digest)

@@ -91,3 +91,12 @@ def test_a_cursor_set_by_hand_never_reaches_the_filesystem(tmp_path: Path, curso
     with pytest.raises(ValueError, match="reset the sensor's cursor"):
         load_state(tmp_path / "sensors", "workspace_sensor", cursor)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_state_file_deleted_under_a_running_sensor_is_written_again(tmp_path: Path) -> None:
+    cursor = save_state(tmp_path, "workspace_sensor", _state(3), None)
+    for path in tmp_path.iterdir():
+        path.unlink()
+    assert save_state(tmp_path, "workspace_sensor", _state(3), cursor) == cursor
+    sensor_state._LAST.clear()  # a restarted code server reads it back
+    assert load_state(tmp_path, "workspace_sensor", cursor) == _state(3)
