@@ -30,8 +30,8 @@ CURSOR_KEY = "state"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _SENSOR_NAME = re.compile(r"[a-z][a-z0-9_]*")
 #: The state last read or written per (folder, sensor) and its digest: the code server
-#: evaluates a sensor every few seconds, and reading 7 MB of JSON each time would cost more
-#: than the scan.
+#: evaluates a sensor every few seconds, and need not read its own last write back (5 ms at
+#: 5,000 files, ~50 ms at 1M turns) nor write an unchanged state again.
 _LAST: dict[tuple[Path, str], tuple[str, dict[str, Any]]] = {}
 
 
