@@ -42,12 +42,9 @@ def state_folder(settings: Settings) -> Path:
 
 def load_state(folder: Path, sensor: str, cursor: str | None) -> dict[str, Any]:
     """The state `cursor` names ({} for no cursor, or a file that is gone)."""
-    if not cursor:
-        return {}
-    held = json.loads(cursor)
-    digest = held.get(CURSOR_KEY) if isinstance(held, dict) else None
-    if not isinstance(digest, str):
-        return held  # a cursor from before this module: the state itself
+    digest = _digest_of(cursor)
+    if digest is None:  # no cursor, or one from before this module: the state itself
+        return json.loads(cursor) if cursor else {}
     last = _LAST.get((folder, sensor))
     if last is not None and last[0] == digest:
         return last[1]
