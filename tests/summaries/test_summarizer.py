@@ -636,7 +636,7 @@ def test_the_fewest_tokens_of_plain_text_are_its_words() -> None:
 @given(
     sentences=st.lists(
         st.lists(
-            # The Kelvin sign and dotted I: characters outside ASCII whose lower case is not.
+            # The Kelvin sign and the dotted I: outside ASCII, lower-cased they hold ASCII letters.
             st.sampled_from(
                 [*_HOSTILE_CHARS, "The", "don't", "rock'n'roll", "'tis", "''", "\u212a", "İ"]
             )
