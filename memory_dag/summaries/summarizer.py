@@ -835,8 +835,6 @@ def _content_words(sentences: Sequence[str], stopwords: frozenset[str]) -> list[
     if not sentences or joined.count("\n") != len(sentences) - 1:  # none, or a break in one
         return [[w for w in _WORD.findall(s.lower()) if w not in stopwords] for s in sentences]
     spaced = joined.lower().encode("ascii", "replace").translate(_WORD_BYTES).decode("ascii")
-    if "'" not in spaced:
-        return [[w for w in line.split() if w not in stopwords] for line in spaced.split("\n")]
     return [
         [
             word
