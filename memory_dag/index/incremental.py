@@ -243,9 +243,12 @@ def _write_rows(
     start = 0
     with pq.ParquetWriter(staging / "rows.parquet", ROW_SCHEMA) as writer:
         for batch in live.iter_batches():
-            mask = pa.array(keep[start : start + batch.num_rows])
+            mask = keep[start : start + batch.num_rows]
             start += batch.num_rows
-            part = pa.Table.from_batches([batch]).filter(mask).cast(ROW_SCHEMA)
+            part = pa.Table.from_batches([batch])
+            if not mask.all():  # most batches are kept whole: filtering copied every text
+                part = part.filter(pa.array(mask))
+            part = part.cast(ROW_SCHEMA)
             writer.write_table(part)
             ids.extend(part.column("id").chunks)
         writer.write_table(appended)
