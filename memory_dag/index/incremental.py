@@ -171,13 +171,16 @@ def publish_incremental(
         pq.write_table(pa.table({"id": ids, "hash": hashes}), staging / HASHES_FILE)
         del ids, hashes
         # One matrix, filled from the live file read in place (loading it, masking it and
-        # concatenating held three copies at once).
+        # concatenating held three copies at once), straight into the new file (a matrix in
+        # memory, saved after, held every vector once more and copied them all again).
         live = np.load(base / "vectors.npy", mmap_mode="r")
-        all_vectors = np.empty((count, live.shape[1]), dtype=np.float32)
+        all_vectors = np.lib.format.open_memmap(
+            staging / "vectors.npy", mode="w+", dtype=np.float32, shape=(count, live.shape[1])
+        )
         copy_kept_rows(live, keep, all_vectors[:kept])
         all_vectors[kept:] = vectors
+        all_vectors.flush()
         del live
-        np.save(staging / "vectors.npy", all_vectors)
         faiss_type = index_type_for(count)
         if faiss_type == "ivf" and change.manifest.get("faiss_type") == "ivf":
             del all_vectors  # the live lists take the new vectors alone
