@@ -46,7 +46,8 @@ def make_empty_index(con: duckdb.DuckDBPyConnection) -> bool:
     macros and stopwords, in milliseconds on no rows) for this module to fill. True if it did.
 
     An extension that does not load is left for the index step, which reports why."""
-    if con.execute("SELECT count(*) FROM chunks").fetchone()[0] or _has_index(con):
+    chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    if chunks or _index_tables(con) is not None:
         return False
     try:
         load_fts(con)
@@ -60,12 +61,14 @@ def make_empty_index(con: duckdb.DuckDBPyConnection) -> bool:
 def refresh_chunks_fts(con: duckdb.DuckDBPyConnection) -> str:
     """Bring the FTS index in line with `chunks`: in place for a small change, else made
     again whole. Returns how ("rebuilt", or "updated in place: N added, M removed")."""
-    if not _has_index(con):  # a store from before `make_empty_index`
+    tables = _index_tables(con)
+    if tables is None:  # a store from before `make_empty_index`
         rebuild_chunks_fts(con)
         return "rebuilt by the extension"
     con.execute("BEGIN TRANSACTION")
     try:
-        change = _staged_change(con) if _recorded(con) else None
+        # Only an index with its record (`indexed`) can say what changed.
+        change = _staged_change(con) if "indexed" in tables else None
         if change is None:
             _fill_whole(con)
         else:
@@ -98,17 +101,15 @@ def _names(con: duckdb.DuckDBPyConnection, catalog: str, column: str) -> set[str
     return {name for (name,) in rows}
 
 
-def _has_index(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the extension made the index's schema: its tables and macros."""
+def _index_tables(con: duckdb.DuckDBPyConnection) -> set[str] | None:
+    """The index schema's tables, when the extension made it (its tables and macros are
+    there); else None."""
     tables = _names(con, "duckdb_tables", "table_name")
     if not set(_INDEX_TABLES) <= tables:
-        return False
-    return set(_INDEX_MACROS) <= _names(con, "duckdb_functions", "function_name")
-
-
-def _recorded(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the index keeps the record an update in place reads."""
-    return "indexed" in _names(con, "duckdb_tables", "table_name")
+        return None
+    if not set(_INDEX_MACROS) <= _names(con, "duckdb_functions", "function_name"):
+        return None
+    return tables
 
 
 def _staged_change(con: duckdb.DuckDBPyConnection) -> tuple[int, int] | None:
