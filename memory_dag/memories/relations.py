@@ -103,13 +103,17 @@ def write_edges(con: duckdb.DuckDBPyConnection, edges: list[dict[str, Any]]) -> 
 
     Edges always point from a memory written in this transaction to an older one, so
     neither a duplicate nor a reverse edge can exist yet; UNIQUE (from_id, to_id,
-    relation_type) with ON CONFLICT DO NOTHING guards it all the same.
+    relation_type) with ON CONFLICT DO NOTHING guards it all the same. The conflict target is
+    named: without one, DuckDB 1.5 checks each row against both of the table's unique indexes
+    in a way that grows with the table (2,000 edges into 76,000: 1.3 s, against 12 ms named;
+    26 of the facts stage's 144 s at 1M turns).
     """
     if not edges:
         return 0
     columns = ", ".join(_EDGE_SCHEMA.names)
     with registered(con, "_edges", pa.Table.from_pylist(edges, schema=_EDGE_SCHEMA)):
         row = con.execute(
-            f"INSERT INTO relations ({columns}) SELECT {columns} FROM _edges ON CONFLICT DO NOTHING"
+            f"INSERT INTO relations ({columns}) SELECT {columns} FROM _edges "
+            "ON CONFLICT (from_id, to_id, relation_type) DO NOTHING"
         ).fetchone()
     return int(row[0]) if row else 0
