@@ -8,7 +8,7 @@ statement costs milliseconds, so one per row would dominate a consolidation run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from memory_dag.ids import random_id
-from memory_dag.store.connection import insert_arrow, registered, to_json
+from memory_dag.store.connection import insert_arrow, listed, registered, to_json
 
 _TS = pa.timestamp("us", tz="UTC")
 _HISTORY_SCHEMA = pa.schema(
@@ -123,6 +123,25 @@ class HistoryLog:
             }
         )
         return rev
+
+    def load_revisions(self, conversations: Iterable[str | None]) -> None:
+        """Read these conversations' revision counters with one query, ahead of their changes:
+        a point query costs ~2 ms in DuckDB's Python client, once per conversation a
+        transaction touches (0.4 s of the facts stage at 100k turns, 3.3 s at 1M)."""
+        self._guard()
+        wanted = sorted(
+            {conversation or "" for conversation in conversations} - self._revisions.keys()
+        )
+        if not wanted:
+            return
+        found = dict.fromkeys(wanted, 0)
+        with listed(self.con, "_conversations", wanted):
+            rows = self.con.execute(
+                "SELECT conversation_id, rev FROM conversation_revisions "
+                "WHERE conversation_id IN (SELECT value FROM _conversations)"
+            ).fetchall()
+        found.update((conversation, int(rev)) for conversation, rev in rows)
+        self._revisions.update(found)
 
     def flush(self) -> None:
         """Write the queued rows and the new revision counters (inside the transaction)."""

@@ -652,7 +652,8 @@ def _prefetch_window(
     window_turns: int,
 ) -> int:
     """Look up, in one query each, what the sessions from `start` on would look up one by one:
-    their owners' facts and their candidates' cached vectors; returns where the window ends.
+    their owners' facts, their candidates' cached vectors and their conversations' revision
+    counters; returns where the window ends.
     The candidates not cached are embedded in one call (~5x less than session by session: the
     embedder's cost is mostly per call for a session's few facts).
 
@@ -667,6 +668,7 @@ def _prefetch_window(
         end += 1
     window = [turn for session in due[start:end] for turn in pending[session.path]]
     writer.prefetch_facts(owner_key(t.user_id, t.conversation_id) for t in window)
+    writer.load_revisions(session.conversation_id for session in due[start:end])
     writer.embed([c.text for t in window for c in extracted[t.key][0]])
     return end
 

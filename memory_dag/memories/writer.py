@@ -193,6 +193,8 @@ class MemoryWriter:
         self.history = self._log.history
         #: A change-log row under the conversation's next revision; returns that revision.
         self.log_change = self._log.log_change
+        #: Read the revision counters of conversations about to change, in one query.
+        self.load_revisions = self._log.load_revisions
         self._entities = EntityLinker(con, self._count)
         self._pending_edges: list[dict[str, Any]] = []
         self._new_memories: dict[str, dict[str, Any]] = {}  # id -> row, in write order
