@@ -68,6 +68,10 @@ ROW_KEYS: dict[str, str] = {
     "merge_fingerprints": "NULL",
     "store_meta": "NULL",
 }
+#: Tables with a second unique key, by which a row copied already (a shared row, from another
+#: old shard) is recognised: `INSERT OR IGNORE` would check each row against both unique keys,
+#: which DuckDB 1.5 does in time that grows with the table (`relations.write_edges`).
+CONFLICT_TARGETS: dict[str, str] = {"relations": "(from_id, to_id, relation_type)"}
 #: Tables copied after the keyed ones, from what the new shard then holds.
 DERIVED_TABLES = ("entities", "embedding_cache")
 
@@ -159,6 +163,11 @@ def _copy_shard(
                 if table == "ingest_errors":  # no primary key: keep one of each row
                     target.execute(
                         f"INSERT INTO main.{table} {rows} EXCEPT SELECT * FROM main.{table}"
+                    )
+                elif table in CONFLICT_TARGETS:
+                    target.execute(
+                        f"INSERT INTO main.{table} {rows} "
+                        f"ON CONFLICT {CONFLICT_TARGETS[table]} DO NOTHING"
                     )
                 else:
                     target.execute(f"INSERT OR IGNORE INTO main.{table} {rows}")

@@ -195,6 +195,12 @@ def test_every_shard_equals_a_single_store_of_its_users_and_reshard_loses_nothin
 
     # 3 → 5 → 1 shards: every distinct row survives, and rows sit where the rule says.
     stores = [Path(s.db_path) for s in all_shard_settings(settings)]
+    for path in stores:  # a row without a route key is in every shard: each copy is kept once
+        with duckdb.connect(str(path)) as con:
+            con.execute(
+                "INSERT INTO relations (id, from_id, to_id, strength, created_at) VALUES "
+                "('rel_shared', 'fact_shared_b', 'fact_shared_a', 0.8, '2026-01-01 00:00:00+00')"
+            )
     before = row_digests(stores)
     monkeypatch.setenv(SHARDS_ENV, "5")
     reshard(settings, 5)
