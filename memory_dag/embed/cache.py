@@ -38,13 +38,18 @@ class VectorCache:
         self._absent |= keys - self._lookup(sorted(keys))
 
     def _lookup(self, keys: list[str]) -> set[str]:
-        """Load the cached vectors of these keys; returns the keys found."""
+        """Load the cached vectors of these keys; returns the keys found.
+
+        The rows are found by their keys first and only then read with their vectors: joined
+        in one step, DuckDB reads every row's vector before the keys filter them (44 keys in a
+        cache of 1.06M vectors: 541 ms, against 112 ms)."""
         if not keys:
             return set()
         with listed(self.con, "_hashes", keys):
             cached = self.con.execute(
-                "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
-                "AND hash IN (SELECT value FROM _hashes)",
+                "SELECT hash, embedding FROM embedding_cache WHERE rowid IN ("
+                "SELECT rowid FROM embedding_cache WHERE provider = ? AND model = ? "
+                "AND hash IN (SELECT value FROM _hashes))",
                 [self.provider.name, self.provider.model],
             ).fetchall()
         for key, embedding in cached:
