@@ -736,18 +736,31 @@ def resolve(mention: EntityMention, known: Iterable[Named]) -> Named | None:
 
     The alias step compares the mention's raw text and canonical name case-insensitively with
     each entity's aliases and canonical name, among entities of a compatible type (so the
-    hashtag "#paris" never resolves to the location "Paris").
+    hashtag "#paris" never resolves to the location "Paris"). When several match, the choice
+    does not depend on their order (entity ids are random, so neither may it): the mention's
+    own type before an `other`, a canonical name before an alias, then the first by canonical
+    name and type (a pair no two entities share).
     """
     candidates = list(known)
     for entity in candidates:
         if entity.type == mention.type and entity.canonical_name == mention.canonical:
             return entity
     keys = {mention.canonical.casefold(), mention.text.strip().casefold()}
+    best: Named | None = None
+    best_rank: tuple[bool, bool, str, str] | None = None
     for entity in candidates:
         if not _types_compatible(entity.type, mention.type):
             continue
         names = {alias.strip().casefold() for alias in entity.aliases}
-        names.add(entity.canonical_name.casefold())
-        if keys & names:
-            return entity
-    return None
+        canonical = entity.canonical_name.casefold()
+        if not keys & (names | {canonical}):
+            continue
+        rank = (
+            entity.type != mention.type,
+            canonical not in keys,
+            entity.canonical_name,
+            entity.type,
+        )
+        if best_rank is None or rank < best_rank:
+            best, best_rank = entity, rank
+    return best

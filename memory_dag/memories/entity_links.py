@@ -164,7 +164,7 @@ class EntityLinker:
         changed = False
         keys = {mention.canonical.casefold(), mention.text.strip().casefold()}
         candidate_ids = set().union(*(self._entity_names.get(key, set()) for key in keys))
-        known = resolve(mention, [entities[i] for i in sorted(candidate_ids)])
+        known = resolve(mention, [entities[i] for i in candidate_ids])
         if known is None:
             entity = _Entity(random_id("ent_"), mention.canonical, mention.type, [], new=True)
             self._index_entity(entity)

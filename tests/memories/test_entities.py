@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -196,6 +197,20 @@ def test_resolver_respects_types_but_other_matches_any_name_type() -> None:
     assert resolve(mention("#paris", "hashtag"), [PARIS]) is None
     assert resolve(mention("Paris", "other"), [PARIS]) is PARIS
     assert resolve(mention("Paris", "person"), [PARIS]) is None
+
+
+def test_resolver_picks_the_same_entity_whatever_order_the_matches_come_in() -> None:
+    # Entity ids are random: an order of candidates that follows them must not pick the entity.
+    bare = KnownEntity("ent_4", "Anne", "other")
+    named = KnownEntity("ent_5", "Anne Marie", "person", ("Anne",))
+    lee = KnownEntity("ent_6", "Anne Lee", "person", ("Anne",))
+    for candidates in itertools.permutations([bare, named, lee]):
+        # The mention's own type before `other`, then the first canonical name of that type.
+        assert resolve(mention("Anne", "person"), candidates) is lee
+        # An `other` mention matches every name type: a canonical name before an alias.
+        assert resolve(mention("Anne", "other"), candidates) is bare
+    for candidates in itertools.permutations([named, lee]):
+        assert resolve(mention("Anne", "other"), candidates) is lee
 
 
 def test_long_title_cased_text_stays_fast() -> None:
