@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from memory_dag.ids import random_id
 from memory_dag.store.connection import registered
+from memory_dag.store.schema import RELATIONS_EDGE_KEY
 
 #: Seed 003 §2: edges per new fact, and the least cosine for an edge (see module docstring).
 LINK_TOP_K = 5
@@ -114,6 +115,6 @@ def write_edges(con: duckdb.DuckDBPyConnection, edges: list[dict[str, Any]]) -> 
     with registered(con, "_edges", pa.Table.from_pylist(edges, schema=_EDGE_SCHEMA)):
         row = con.execute(
             f"INSERT INTO relations ({columns}) SELECT {columns} FROM _edges "
-            "ON CONFLICT (from_id, to_id, relation_type) DO NOTHING"
+            f"ON CONFLICT {RELATIONS_EDGE_KEY} DO NOTHING"
         ).fetchone()
     return int(row[0]) if row else 0

@@ -24,6 +24,7 @@ from memory_dag.config import Settings
 from memory_dag.read.access_log import access_log_dir, apply_access_log
 from memory_dag.reports import StageReport, StageTimer
 from memory_dag.store.connection import open_store
+from memory_dag.store.schema import RELATIONS_EDGE_KEY
 from memory_dag.store.shards import (
     all_shard_settings,
     read_routes,
@@ -71,7 +72,7 @@ ROW_KEYS: dict[str, str] = {
 #: Tables with a second unique key, by which a row copied already (a shared row, from another
 #: old shard) is recognised: `INSERT OR IGNORE` would check each row against both unique keys,
 #: which DuckDB 1.5 does in time that grows with the table (`relations.write_edges`).
-CONFLICT_TARGETS: dict[str, str] = {"relations": "(from_id, to_id, relation_type)"}
+CONFLICT_TARGETS: dict[str, str] = {"relations": RELATIONS_EDGE_KEY}
 #: Tables copied after the keyed ones, from what the new shard then holds.
 DERIVED_TABLES = ("entities", "embedding_cache")
 

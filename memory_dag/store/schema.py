@@ -314,3 +314,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 #: Tables whose rows belong to one workspace file (deleted with it).
 FILE_OWNED_TABLES = ("notes", "chunks", "ingest_errors")
+
+#: The second unique key of `relations` (beside its id): the conflict target its inserts name.
+#: DuckDB 1.5 checks a row without one against both unique keys, in time that grows with the
+#: table (`relations.write_edges`).
+RELATIONS_EDGE_KEY = "(from_id, to_id, relation_type)"

@@ -19,7 +19,7 @@ from memory_dag.store.connection import (
     schema_version,
     set_meta,
 )
-from memory_dag.store.schema import SCHEMA_VERSION
+from memory_dag.store.schema import RELATIONS_EDGE_KEY, SCHEMA_VERSION
 
 HOLD_LOCK = """
 import sys, time, duckdb
@@ -49,6 +49,17 @@ def test_new_store_is_migrated_to_the_latest_schema(tmp_path: Path) -> None:
             r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
         }
     assert {"files", "chunks", "memories", "embedding_cache", "ingest_errors", "episodes"} <= tables
+
+
+def test_the_named_relations_key_is_the_tables_own_unique_key(tmp_path: Path) -> None:
+    # Inserts into `relations` name it as their conflict target: it must stay the table's key.
+    with open_store(tmp_path / "m.duckdb") as con:
+        keys = con.execute(
+            "SELECT constraint_column_names FROM duckdb_constraints() "
+            "WHERE table_name = 'relations' AND constraint_type = 'UNIQUE'"
+        ).fetchall()
+    named = [column.strip() for column in RELATIONS_EDGE_KEY.strip("()").split(",")]
+    assert keys == [(named,)]
 
 
 def test_reopening_keeps_data_and_does_not_migrate_again(tmp_path: Path) -> None:
