@@ -144,15 +144,32 @@ def worker_cores(number: int, args: argparse.Namespace) -> set[int] | None:
 
 def timeline(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], since: float) -> str:
     """Each run's shard, asked for / started / ended in seconds after `since` (the corpus's
-    arrival), in start order: where a setting's time went between and before runs."""
+    arrival), in start order: where a setting's time went between and before runs. A run the
+    shard sensor did not ask for names what did (a retry, another sensor, a schedule)."""
     records = [instance.get_run_record_by_id(run.run_id) for run in runs]
     rows = sorted((record.start_time or 0, record) for record in records if record is not None)
     return "; ".join(
         f"{record.dagster_run.tags.get(SHARD_TAG)} "
         f"{record.create_timestamp.timestamp() - since:.1f}/{start - since:.1f}/"
-        f"{(record.end_time or start) - since:.1f}"
+        f"{(record.end_time or start) - since:.1f}{asked_by(record.dagster_run)}"
         for start, record in rows
     )
+
+
+def asked_by(run: dg.DagsterRun) -> str:
+    """What asked for the run, as ` (by ...)`, when it was not the shard sensor; else ''."""
+    tags = run.tags
+    if tags.get("dagster/sensor_name") == "shard_workspace_sensor":
+        return ""
+    for key in (
+        "dagster/parent_run_id",
+        "dagster/sensor_name",
+        "dagster/schedule_name",
+        "dagster/backfill",
+    ):
+        if key in tags:
+            return f" (by {key.split('/')[1]} {tags[key][:12]})"
+    return f" (by no sensor: run key {run.tags.get('dagster/run_key', '-')[:40]})"
 
 
 def runs_span(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> float:
