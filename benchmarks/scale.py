@@ -169,7 +169,7 @@ def asked_by(run: dg.DagsterRun) -> str:
     ):
         if key in tags:
             return f" (by {key.split('/')[1]} {tags[key][:12]})"
-    return f" (by no sensor: run key {run.tags.get('dagster/run_key', '-')[:40]})"
+    return f" (by no sensor: run key {tags.get('dagster/run_key', '-')[:40]})"
 
 
 def runs_span(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> float:

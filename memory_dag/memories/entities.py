@@ -753,7 +753,8 @@ def resolve(mention: EntityMention, known: Iterable[Named]) -> Named | None:
             continue
         names = {alias.strip().casefold() for alias in entity.aliases}
         canonical = entity.canonical_name.casefold()
-        if not keys & (names | {canonical}):
+        names.add(canonical)
+        if not keys & names:
             continue
         rank = (
             entity.type != mention.type,
