@@ -37,19 +37,22 @@ def test_the_queue_keeps_one_run_per_shard_by_the_tag_the_runs_carry() -> None:
         assert {"key": SHARD_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
 
 
-def test_the_code_location_and_its_run_pods_get_the_same_known_settings() -> None:
+def test_the_code_location_names_known_settings_once_for_itself_and_its_run_pods() -> None:
     values = helm_values()
     (deployment,) = values["dagster-user-deployments"]["deployments"]
     args = deployment["dagsterApiGrpcArgs"]
     module = args[args.index("--module-name") + 1]
     assert hasattr(importlib.import_module(module), "defs")
     code_env = {item["name"]: item["value"] for item in deployment["env"]}
-    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
-    run_env = dict(item.split("=", 1) for item in launcher["envVars"])
-    assert code_env == run_env
     assert all(known_variable(name) for name in code_env), sorted(code_env)
-    # Both mount the shards' volume where the settings point.
-    assert deployment["volumeMounts"] == launcher["volumeMounts"]
-    mount = launcher["volumeMounts"][0]["mountPath"]
-    assert code_env[ENV_PREFIX + "DB"].startswith(mount + "/")
-    assert code_env[ENV_PREFIX + "WORKSPACE"].startswith(mount + "/")
+    # The run pods get the location's settings, volume and mount from the chart (its container
+    # context), not from a second list on the launcher that could drift from this one: the
+    # chart adds both lists up, and a setting given twice reaches the pod twice.
+    assert deployment["includeConfigInLaunchedRuns"] == {"enabled": True}
+    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
+    assert not {"envVars", "volumes", "volumeMounts"} & set(launcher), sorted(launcher)
+    # The shards' volume is mounted where the settings point.
+    (mount,) = deployment["volumeMounts"]
+    assert mount["name"] in {volume["name"] for volume in deployment["volumes"]}
+    assert code_env[ENV_PREFIX + "DB"].startswith(mount["mountPath"] + "/")
+    assert code_env[ENV_PREFIX + "WORKSPACE"].startswith(mount["mountPath"] + "/")
