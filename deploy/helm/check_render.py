@@ -4,7 +4,7 @@
     helm pull dagster/dagster --version 1.13.27 --untar --untardir /tmp/chart   # needs the network
     python deploy/helm/check_render.py /tmp/chart/dagster
 
-What it checks, each step what a real install would meet later, and later than here:
+What it checks, each a thing a real install would otherwise find out on the cluster:
 1. `helm template` with the values: Helm validates them against the chart's `values.schema.json`
    and renders every object. Where the schema's remote references (Kubernetes object schemas)
    cannot be fetched, Helm renders with `--skip-schema-validation` and this script checks the
@@ -70,7 +70,8 @@ def render(helm: str, chart: Path, values: Path, report: Report) -> list[dict[st
     """The chart's objects rendered with the values; schema validation when Helm can do it."""
     command = [helm, "template", RELEASE, str(chart), "-f", str(values)]
     done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0 and "no such host" in done.stderr + done.stdout:
+    unreachable = ("no such host", 'Get "http')  # Helm's fetch of a remote schema failed
+    if done.returncode != 0 and any(sign in done.stderr for sign in unreachable):
         report.note(
             "the chart's values.schema.json refers to remote schemas Helm cannot fetch here: "
             "rendered with --skip-schema-validation, the schema checked below without them "
@@ -204,7 +205,7 @@ def code_server(objects: list[dict[str, Any]], report: Report) -> dict[str, Any]
     return container
 
 
-def run_pod(config: dict[str, Any], container: dict[str, Any], report: Report) -> dict[str, Any]:
+def run_pod(config: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
     """A shard run's pod spec as dagster-k8s builds it for the rendered launcher and location."""
     import kubernetes
     from dagster._core.code_pointer import ModuleCodePointer
@@ -213,12 +214,18 @@ def run_pod(config: dict[str, Any], container: dict[str, Any], report: Report) -
     from dagster_k8s import K8sRunLauncher
     from dagster_k8s.job import construct_dagster_k8s_job
 
-    launcher_config = dict(config["run_launcher"]["config"])
     # Out of a cluster: the same launcher, its client pointed at a cluster nobody calls.
-    kubeconfig = Path(tempfile.mkdtemp()) / "kubeconfig"
-    kubeconfig.write_text(OFFLINE_KUBECONFIG)
-    launcher_config.update(load_incluster_config=False, kubeconfig_file=str(kubeconfig))
-    launcher = K8sRunLauncher.from_config_value(None, launcher_config)
+    with tempfile.TemporaryDirectory() as folder:
+        kubeconfig = Path(folder) / "kubeconfig"
+        kubeconfig.write_text(OFFLINE_KUBECONFIG)
+        launcher = K8sRunLauncher.from_config_value(
+            None,
+            {
+                **config["run_launcher"]["config"],
+                "load_incluster_config": False,
+                "kubeconfig_file": str(kubeconfig),
+            },
+        )
     env = {item["name"]: item.get("value") for item in container.get("env", [])}
     origin = RepositoryPythonOrigin(
         executable_path="python",
@@ -243,9 +250,7 @@ def run_pod(config: dict[str, Any], container: dict[str, Any], report: Report) -
         user_defined_k8s_config=context.run_k8s_config,
         component="run_worker",
     )
-    pod = kubernetes.client.ApiClient().sanitize_for_serialization(job)["spec"]["template"]["spec"]
-    shutil.rmtree(kubeconfig.parent)
-    return pod
+    return kubernetes.client.ApiClient().sanitize_for_serialization(job)["spec"]["template"]["spec"]
 
 
 def check_run_pod(pod: dict[str, Any], container: dict[str, Any], report: Report) -> None:
@@ -298,7 +303,7 @@ def main() -> int:
         config = check_instance(objects, report)
         check_queue(config, report)
         container = code_server(objects, report)
-        check_run_pod(run_pod(config, container, report), container, report)
+        check_run_pod(run_pod(config, container), container, report)
     print(f"{report.failures} check(s) failed")
     return 1 if report.failures else 0
 

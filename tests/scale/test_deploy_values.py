@@ -46,8 +46,8 @@ def test_the_code_location_names_known_settings_once_for_itself_and_its_run_pods
     code_env = {item["name"]: item["value"] for item in deployment["env"]}
     assert all(known_variable(name) for name in code_env), sorted(code_env)
     # The run pods get the location's settings, volume and mount from the chart (its container
-    # context), not from a second list on the launcher that could drift from this one: the
-    # chart adds both lists up, and a setting given twice reaches the pod twice.
+    # context), not from a second list on the launcher that could drift from this one:
+    # dagster-k8s adds both lists up, and a setting given twice reaches the pod twice.
     assert deployment["includeConfigInLaunchedRuns"] == {"enabled": True}
     launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
     assert not {"envVars", "volumes", "volumeMounts"} & set(launcher), sorted(launcher)
