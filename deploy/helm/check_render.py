@@ -149,9 +149,10 @@ def find(objects: list[dict[str, Any]], kind: str, name_part: str) -> dict[str, 
     return found
 
 
-def check_instance(objects: list[dict[str, Any]], report: Report) -> dict[str, Any]:
-    """The instance's dagster.yaml through Dagster's schemas; returns its config."""
+def check_instance(objects: list[dict[str, Any]], report: Report) -> dict[str, Any] | None:
+    """The instance's dagster.yaml through Dagster's schemas; its config, None when refused."""
     from dagster._config import process_config
+    from dagster._core.errors import DagsterInvalidConfigError
     from dagster._core.instance.config import dagster_instance_config
     from dagster._serdes import ConfigurableClassData
 
@@ -160,7 +161,12 @@ def check_instance(objects: list[dict[str, Any]], report: Report) -> dict[str, A
         Path(home, "dagster.yaml").write_text(text)
         # The chart's pods take the password from a secret; any value checks the shape.
         os.environ.setdefault("DAGSTER_PG_PASSWORD", "offline-check")
-        config, _ = dagster_instance_config(home)
+        try:
+            config, _ = dagster_instance_config(home)
+        except DagsterInvalidConfigError as error:
+            reasons = "; ".join(reason.message for reason in error.errors)
+            report.check(False, "dagster.yaml passes Dagster's instance schema", reasons[:400])
+            return None
     report.check(True, "dagster.yaml passes Dagster's instance schema", ", ".join(sorted(config)))
     for key, value in config.items():
         if isinstance(value, dict) and {"module", "class"} <= set(value):
@@ -299,8 +305,8 @@ def main() -> int:
     )
     report = Report()
     objects = render(args.helm, args.chart, args.values, report)
-    if objects:
-        config = check_instance(objects, report)
+    config = check_instance(objects, report) if objects else None
+    if config is not None:
         check_queue(config, report)
         container = code_server(objects, report)
         check_run_pod(run_pod(config, container), container, report)
