@@ -282,16 +282,16 @@ def test_chunks_commit_a_group_of_files_at_a_time_and_a_cut_run_resumes(
     build_chunks(reference)
 
     monkeypatch.setattr(chunk_stage, "CHUNK_FILES_BATCH", 2)
-    chunk_group = chunk_stage._chunk_group
+    chunk_rows = chunk_stage._chunk_rows
     groups: list[int] = []
 
-    def second_group_fails(con, group, *args):  # noqa: ANN001, ANN202
+    def second_group_fails(group, *args):  # noqa: ANN001, ANN202
         groups.append(len(group))
-        if len(groups) == 2:
+        if len(groups) == 2:  # made while the first group is written
             raise RuntimeError("the process dies in the second group")
-        return chunk_group(con, group, *args)
+        return chunk_rows(group, *args)
 
-    monkeypatch.setattr(chunk_stage, "_chunk_group", second_group_fails)
+    monkeypatch.setattr(chunk_stage, "_chunk_rows", second_group_fails)
     with pytest.raises(RuntimeError, match="second group"):
         build_chunks(settings)
     done = counts(settings, "SELECT path FROM files WHERE chunked_hash = hash ORDER BY path")
@@ -299,7 +299,7 @@ def test_chunks_commit_a_group_of_files_at_a_time_and_a_cut_run_resumes(
     chunked = counts(settings, "SELECT DISTINCT path FROM chunks ORDER BY path")
     assert set(chunked) <= set(done) and chunked
 
-    monkeypatch.setattr(chunk_stage, "_chunk_group", chunk_group)
+    monkeypatch.setattr(chunk_stage, "_chunk_rows", chunk_rows)
     rest = build_chunks(settings)
     assert rest.counts["files_chunked"] == len(counts(settings, "SELECT path FROM files")) - 2
     columns = "id, path, start_line, end_line, hash, text, search_text, tokens, turn_ids"

@@ -5,6 +5,7 @@ The rows themselves are built in `chunk_rows.py`; this stage reads and writes th
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,16 +64,27 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
         # step peaked at 5.0 GB at 1M turns (2.5 GB with a commit a group). A group
         # deletes its files' old chunks, writes the new ones and marks its files chunked, so
         # a run cut short leaves whole groups done and the next run chunks the rest.
-        for start in range(0, len(pending), CHUNK_FILES_BATCH):
-            group = pending[start : start + CHUNK_FILES_BATCH]
-            rows, group_failed = _chunk_group_committed(con, group, settings, now)
-            written += rows.num_rows
-            failed += group_failed
-            if early_rows <= MAX_TURNS:
-                turns = new_turns(rows, transcripts)
-                early.append(turns)
-                early_rows += turns.num_rows
-            del rows
+        # The next group's rows are made on a thread while this one is written: DuckDB's
+        # insert and Polars' and tiktoken's work let go of the GIL, so the two overlap.
+        groups = [
+            pending[start : start + CHUNK_FILES_BATCH]
+            for start in range(0, len(pending), CHUNK_FILES_BATCH)
+        ]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chunk-rows") as rows_maker:
+            upcoming = _start_rows(rows_maker, con, groups[0], settings, now) if groups else None
+            for index, group in enumerate(groups):
+                assert upcoming is not None
+                rows, group_failed = upcoming.result()
+                if index + 1 < len(groups):
+                    upcoming = _start_rows(rows_maker, con, groups[index + 1], settings, now)
+                _write_group(con, group, rows, group_failed, now)
+                written += rows.num_rows
+                failed += group_failed
+                if early_rows <= MAX_TURNS:
+                    turns = new_turns(rows, transcripts)
+                    early.append(turns)
+                    early_rows += turns.num_rows
+                del rows
         total = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
         report.preview = fetch_dicts(
             con,
@@ -100,19 +112,35 @@ def build_chunks(settings: Settings, *, force: bool = False) -> StageReport:
 CHUNK_FILES_BATCH = 2_000
 
 
-def _chunk_group_committed(
-    con: Any, group: list[dict[str, Any]], settings: Settings, now: datetime
-) -> tuple[pa.Table, list[tuple[dict[str, Any], str]]]:
-    """Chunk a group of files in one transaction: old chunks out, new chunks and the errors
+def _start_rows(
+    rows_maker: ThreadPoolExecutor,
+    con: Any,
+    group: list[dict[str, Any]],
+    settings: Settings,
+    now: datetime,
+) -> Future[tuple[pa.Table, list[tuple[dict[str, Any], str]]]]:
+    """Read a group's notes and turns, and start making its chunk rows on `rows_maker`."""
+    notes, episodes = _read_group(con, group)
+    return rows_maker.submit(_chunk_rows, group, notes, episodes, settings, now)
+
+
+def _write_group(
+    con: Any,
+    group: list[dict[str, Any]],
+    rows: pa.Table,
+    failed: list[tuple[dict[str, Any], str]],
+    now: datetime,
+) -> None:
+    """Write a group of files in one transaction: old chunks out, new chunks and the errors
     of the files that failed in, every file of the group marked chunked."""
     con.execute("BEGIN TRANSACTION")
     try:
-        rows, failed = _chunk_group(con, group, settings, now)
-        insert_arrow(con, "chunks", rows)
-        insert_arrow(con, "ingest_errors", _error_rows(failed, now))
         # Paths as an Arrow view, not a bound list (`store.connection.listed`: ~0.1 ms a
         # value; the bound lists of every pending file took ~2 s at 5k files).
         with listed(con, "chunk_paths", [p["path"] for p in group]):
+            con.execute("DELETE FROM chunks WHERE path IN (SELECT value FROM chunk_paths)")
+            insert_arrow(con, "chunks", rows)
+            insert_arrow(con, "ingest_errors", _error_rows(failed, now))
             con.execute(
                 "UPDATE files SET chunked_hash = hash WHERE path IN (SELECT value FROM chunk_paths)"
             )
@@ -120,14 +148,12 @@ def _chunk_group_committed(
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    return rows, failed
 
 
-def _chunk_group(
-    con: Any, group: list[dict[str, Any]], settings: Settings, now: datetime
-) -> tuple[pa.Table, list[tuple[dict[str, Any], str]]]:
-    """Chunk rows of a group of pending files, their old chunks deleted (in the caller's
-    transaction), and the files that could not be chunked."""
+def _read_group(
+    con: Any, group: list[dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], pl.DataFrame]:
+    """The notes (by path) and the turns of a group of pending files."""
     with listed(con, "chunk_paths", [p["path"] for p in group]):
         notes = {
             row["path"]: row
@@ -141,8 +167,7 @@ def _chunk_group(
             f"SELECT path, {', '.join(TURN_COLUMNS)} FROM episodes "
             "WHERE path IN (SELECT value FROM chunk_paths) ORDER BY path, line"
         ).pl()
-        con.execute("DELETE FROM chunks WHERE path IN (SELECT value FROM chunk_paths)")
-    return _chunk_rows(group, notes, episodes, settings, now)
+    return notes, episodes
 
 
 def _chunk_rows(

@@ -136,6 +136,9 @@ class ConversationInput:
     fingerprint: str
     #: Where each turn, fact and entry sits in `content`, in order.
     sources: tuple[Source, ...] = ()
+    #: (start, end, tokens) of the turns in `content` whose token counts are known (counted
+    #: when they were chunked): `summarizer.summarize`'s `counted`.
+    counted: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass
@@ -224,11 +227,21 @@ def gather_inputs(
             )
             if summary.id == final_id(summary.conversation_id)
         }
+        # With each turn, its token count when its chunk is the turn's line alone (the
+        # default: one turn a chunk), counted when it was chunked: the summarizer needs not
+        # encode it again. The text must match (the chunks may be older than the turn).
         episodes = _grouped(
             con,
-            "SELECT conversation_id, id, turn_id, session_id, role, speaker, content, line, path "
-            "FROM episodes WHERE conversation_id IN (SELECT value FROM _conversations) "
-            "ORDER BY conversation_id, path, line",
+            "WITH turns AS (SELECT conversation_id, id, turn_id, session_id, role, speaker, "
+            "content, line, path, CASE WHEN speaker <> '' THEN speaker || ': ' || content END "
+            "AS line_text FROM episodes "
+            "WHERE conversation_id IN (SELECT value FROM _conversations)), "
+            "counted AS (SELECT path, start_line, text, min(tokens) AS tokens FROM chunks "
+            "WHERE end_line = start_line AND path IN (SELECT path FROM turns) GROUP BY ALL) "
+            "SELECT t.conversation_id, t.id, t.turn_id, t.session_id, t.role, t.speaker, "
+            "t.content, t.line, t.path, c.tokens FROM turns t LEFT JOIN counted c "
+            "ON c.path = t.path AND c.start_line = t.line AND c.text = t.line_text "
+            "ORDER BY t.conversation_id, t.path, t.line",
             [],
         )
         # Each session's first time, not every turn's: a timestamp costs the client a time
@@ -300,10 +313,13 @@ def _input_of(
     for row in episodes:
         sessions.setdefault(row["path"], []).append(row)
     built = Content()
+    line_tokens: dict[int, int] = {}  # a turn's place in `built.sources` -> its token count
     for number, rows in enumerate(_ordered_sessions(sessions, starts)):
         built.add(("\n\n" if number else "") + _session_header(rows, starts.get(rows[0]["path"])))
         for row in rows:
             built.add("\n" + (SUPERSEDED_MARK if row["id"] in superseded else ""))
+            if row.get("tokens") is not None:
+                line_tokens[len(built.sources)] = row["tokens"]
             built.add(render_turn(_turn(row)), row["id"])
     if entry_turns:
         built.add(("\n\n" if sessions else "") + "[conversation entries]")
@@ -323,6 +339,7 @@ def _input_of(
             built.add("\n- ")
             built.add(row["content"], row["id"], row["category"])
     content, sources = built.text()
+    counted = tuple((sources[i].start, sources[i].end, n) for i, n in line_tokens.items())
 
     digest = hashlib.sha256()
     for part in [summarizer, transcript, *sorted(f"{r['id']}\x00{r['content']}" for r in facts)]:
@@ -336,6 +353,7 @@ def _input_of(
         prior=prior,
         fingerprint=digest.hexdigest()[:32],
         sources=sources,
+        counted=counted,
     )
 
 

@@ -36,6 +36,7 @@ from memory_dag.summaries.conversation_summaries import (
     summarizer_identity,
     write_summaries,
 )
+from memory_dag.summaries.line_tokens import Counted
 from memory_dag.summaries.summarizer import (
     SummarizationError,
     SummarizerConfig,
@@ -202,7 +203,8 @@ def _start_group(
     if config.llm is None:  # sentence extraction: CPU work, shared by worker processes
         shape = config.model_dump(include={"chunk_size", "chunk_overlap", "group_size"})
         jobs = [
-            (item.content, item.prior.content if item.prior else None, shape) for item in work.due
+            (item.content, item.prior.content if item.prior else None, shape, item.counted)
+            for item in work.due
         ]
         work.extractive = process_map_iter(_extractive, jobs, min_items=PARALLEL_MIN_CONVERSATIONS)
     return work
@@ -227,9 +229,8 @@ def _finish_group(
         for item in work.due:
             started = time.perf_counter()
             try:
-                result = summarize(
-                    item.content, config, item.prior.content if item.prior else None, CONTENT_TYPE
-                )
+                prior = item.prior.content if item.prior else None
+                result = summarize(item.content, config, prior, CONTENT_TYPE, counted=item.counted)
             except SummarizationError as error:
                 errors.append((item, error))
                 continue
@@ -251,14 +252,15 @@ def _finish_group(
 
 
 def _extractive(
-    jobs: Sequence[tuple[str, str | None, dict[str, int]]],
+    jobs: Sequence[tuple[str, str | None, dict[str, int], Sequence[Counted]]],
 ) -> list[tuple[SummaryResult, float]]:
-    """Extractive summaries of (content, prior summary, chunk and group sizes), with the
-    seconds each took."""
+    """Extractive summaries of (content, prior summary, chunk and group sizes, turns counted
+    already), with the seconds each took."""
     results = []
-    for content, prior, shape in jobs:
+    for content, prior, shape, counted in jobs:
         started = time.perf_counter()
-        result = summarize(content, SummarizerConfig(**shape), prior, CONTENT_TYPE)
+        config = SummarizerConfig(**shape)
+        result = summarize(content, config, prior, CONTENT_TYPE, counted=counted)
         results.append((result, round(time.perf_counter() - started, 3)))
     return results
 

@@ -41,7 +41,7 @@ from memory_dag.ingest.tokens import (
 from memory_dag.ingest.tokens import split_by_tokens as _split_by_tokens
 from memory_dag.llm import LLMClient, LLMConfig, LLMError
 from memory_dag.summaries import prompts
-from memory_dag.summaries.line_tokens import LineTokens
+from memory_dag.summaries.line_tokens import Counted, LineTokens
 
 THRESHOLD_NONE = 100
 THRESHOLD_BRIEF = 500
@@ -201,18 +201,23 @@ def summarize(
     config: SummarizerConfig,
     prior_summary: str | None = None,
     content_type: str = "general",
+    *,
+    counted: Sequence[Counted] = (),
 ) -> SummaryResult:
     """Summarize `content` at the level its token count calls for.
 
     `prior_summary` (the previous final summary) is context for the last step: the rolling
     prompt for BRIEF, `{prior_context}` of the paragraph prompt for STANDARD, and of the
-    final synthesis for DETAILED and HIERARCHICAL.
+    final synthesis for DETAILED and HIERARCHICAL. `counted`: (start, end, tokens) of
+    stretches of `content` whose token counts are known (a conversation's turns, counted when
+    they were chunked), not encoded again.
     """
     if config.llm is None:
         # Sentence extraction multiplies many small matrices: BLAS threads only add waiting.
         with threadpool_limits(1, user_api="blas"):
-            return _summarize(content, _ExtractiveEngine(), config, prior_summary, content_type)
-    return _summarize(content, _LLMEngine(config), config, prior_summary, content_type)
+            engine: _Engine = _ExtractiveEngine()
+            return _summarize(content, engine, config, prior_summary, content_type, counted)
+    return _summarize(content, _LLMEngine(config), config, prior_summary, content_type, counted)
 
 
 def _summarize(
@@ -221,10 +226,11 @@ def _summarize(
     config: SummarizerConfig,
     prior_summary: str | None,
     content_type: str,
+    counted: Sequence[Counted] = (),
 ) -> SummaryResult:
     if not content.strip():
         return _result(SummaryLevel.NONE, None, None, 0, engine.method)
-    lines = LineTokens.of(content)  # counts the input once, for its chunks too
+    lines = LineTokens.of(content, counted)  # counts the input once, for its chunks too
     input_tokens = lines.total() if lines is not None else count_tokens(content)
     level = determine_level(input_tokens)
     prior = prior_summary if prior_summary and prior_summary.strip() else None
@@ -351,41 +357,46 @@ def _chunks_counted(
         lines = None
 
     def count_and_ids(prefix: str, first: int, end: int) -> tuple[int, list[int] | None]:
-        """Count `prefix` + units[first:end] (and keep its tokens): from `lines` when a clean
-        cut follows the prefix, which then is all that is encoded again."""
+        """Count `prefix` + units[first:end] and keep its tokens, or at least its last
+        `overlap` ones (the next chunk's prefix): from `lines` when a clean cut follows the
+        prefix, which then is all that is encoded, with the lines of those last tokens."""
         start, stop = offsets[first], offsets[end]
         if lines is not None:
             cut = start if not prefix and lines.is_cut(start) else lines.next_cut(start)
             if cut <= stop:
-                head = _count_and_ids(prefix + text[start:cut])[1] if cut > start else []
-                ids = [*(head or []), *lines.ids(cut, stop)]
-                return len(ids), ids
+                head = (_count_and_ids(prefix + text[start:cut])[1] or []) if cut > start else []
+                count, last = lines.count_and_last_ids(cut, stop, overlap)
+                if len(last) < overlap:  # the lines hold fewer: the head's tokens come first
+                    last = _last_tokens([*head, *last], overlap)
+                return len(head) + count, last
         return _count_and_ids(prefix + "".join(sep + piece for sep, piece in units[first:end]))
 
     chunks: list[str] = []
     counts: list[int | None] = []
     bounds: list[tuple[str, int, int]] = []  # each chunk's prefix and units
-    last_ids: list[int] | None = None  # the tokens of chunks[-1], when they were counted
+    #: the tokens of chunks[-1] (or its last `overlap` ones), when they were counted
+    last_ids: list[int] | None = None
     start = 0
     while start < len(units):
         if chunks and last_ids is None:  # its tail needs its tokens: count it with them
             counts[-1], last_ids = count_and_ids(*bounds[-1])
-        prefix = _token_tail(chunks[-1], overlap, last_ids) if chunks else ""
+        prefix = _token_tail(chunks[-1], overlap, last_ids, counts[-1]) if chunks else ""
         estimate = count_tokens(prefix)
         end = start
         while end < len(units) and (end == start or estimate + costs[end] <= chunk_size):
             estimate += costs[end]
             end += 1
         # The estimate adds per-unit counts; the joined text can tokenize a little differently.
+        count: int | None = None
         last_ids = None
         while end - start > 1:
             count, last_ids = count_and_ids(prefix, start, end)
             if count <= chunk_size:
                 break
             end -= 1
-            last_ids = None
+            count, last_ids = None, None
         chunks.append(prefix + "".join(sep + piece for sep, piece in units[start:end]))
-        counts.append(len(last_ids) if last_ids is not None else None)
+        counts.append(count)
         bounds.append((prefix, start, end))
         start = end
     return chunks, counts
@@ -523,25 +534,35 @@ def _split_paragraph(paragraph: str, limit: int) -> list[tuple[str, str]]:
     return pieces
 
 
-def _token_tail(text: str, tokens: int, ids: list[int] | None = None) -> str:
-    """The last `tokens` tokens of `text` (whose tokens are `ids` when known), cut on a
-    character boundary."""
+def _token_tail(
+    text: str, tokens: int, ids: list[int] | None = None, count: int | None = None
+) -> str:
+    """The last `tokens` tokens of `text`, cut on a character boundary. `ids`, when known, are
+    the text's tokens or at least its last `tokens` ones, of `count` in all."""
     if tokens <= 0:
         return ""
     encoding = get_encoding()
     if encoding is None:
         return text[-tokens * CHARS_PER_TOKEN :]
-    if ids is None:
+    if ids is None or count is None:
         ids = encoding.encode_ordinary(text)
-    if len(ids) <= tokens:
+        count = len(ids)
+    if count <= tokens:
         return text
     # The tail tokens' bytes are the text from where the first of them starts, unless that
-    # token begins inside a multi-byte character: only then are the offsets worth computing.
+    # token begins inside a multi-byte character: only then are the offsets worth computing
+    # (from all the text's tokens: the character's first bytes are in the token before).
     try:
         return encoding.decode_bytes(ids[len(ids) - tokens :]).decode("utf-8")
     except UnicodeDecodeError:
+        ids = encoding.encode_ordinary(text)
         decoded, offsets = encoding.decode_with_offsets(ids)
         return decoded[offsets[len(ids) - tokens] :]
+
+
+def _last_tokens(ids: list[int], tokens: int) -> list[int]:
+    """The last `tokens` of `ids` (none for 0, where `ids[-0:]` would be all)."""
+    return ids[max(0, len(ids) - tokens) :] if tokens > 0 else []
 
 
 # --- Engines: the same tree, built by an LLM or by sentence extraction ----------------------------

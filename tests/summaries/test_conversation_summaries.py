@@ -16,11 +16,13 @@ import pytest
 from memory_dag.cli.main import main
 from memory_dag.config import Settings
 from memory_dag.index.search import search
+from memory_dag.ingest.chunks import build_chunks
 from memory_dag.ingest.files import sync_files
 from memory_dag.ingest.tokens import count_tokens
 from memory_dag.llm import LLMClient, LLMConfig
 from memory_dag.store.connection import fetch_dicts, open_store
 from memory_dag.summaries.conversation_summaries import (
+    CONTENT_TYPE,
     FACTS_HEADER,
     ConversationInput,
     final_summary,
@@ -34,6 +36,7 @@ from memory_dag.summaries.summarizer import (
     SummaryLevel,
     chunk_text,
     determine_level,
+    summarize,
 )
 from tests.conftest import write_jsonl
 from tests.openai_server import Reply, ScriptedOpenAIServer
@@ -192,6 +195,34 @@ def test_input_renders_sessions_in_time_order_with_entries_and_new_facts(tmp_pat
     assert gathered.content.endswith(f"{FACTS_HEADER}\n- Ana prefers window seats.")
     assert "afraid of flying" not in gathered.content
     assert gathered.prior is not None and gathered.prior.id == "trip:summary:L3:final"
+
+
+def test_turns_counted_when_chunked_are_not_counted_again(tmp_path: Path) -> None:
+    """A turn's token count comes with its input from its chunk (one turn a chunk), and only
+    while the chunk still holds the turn's text; the summary is the one counting would give."""
+    settings = settings_in(tmp_path)
+    write_conversation(settings.workspace, "c1", LEVEL_TOKENS[SummaryLevel.HIERARCHICAL])
+    sync_files(settings)
+    assert read_input(settings, "c1").counted == ()  # no chunks yet
+    build_chunks(settings)
+    gathered = read_input(settings, "c1")
+    assert len(gathered.counted) == gathered.turns
+    for start, end, tokens in gathered.counted:
+        assert tokens == count_tokens(gathered.content[start:end])
+        assert gathered.content[start - 1] == "\n"  # a whole line of the input
+
+    # A turn whose chunk holds other text (a chunk of older text) is counted anew.
+    first_turn = gathered.content[slice(*gathered.counted[0][:2])]
+    with open_store(settings.db_path) as con:
+        con.execute("UPDATE chunks SET text = 'Dana: older text.' WHERE text = ?", [first_turn])
+    changed = read_input(settings, "c1")
+    assert len(changed.counted) == changed.turns - 1
+    assert changed.counted[0] == gathered.counted[1]
+
+    config = SummarizerConfig()
+    with_counts = summarize(gathered.content, config, None, CONTENT_TYPE, counted=gathered.counted)
+    assert with_counts.level is SummaryLevel.HIERARCHICAL
+    assert with_counts == summarize(gathered.content, config, None, CONTENT_TYPE)
 
 
 # --- Every level, through the scripted LLM server and the extractive default --------------------

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_dag.ingest.tokens import encode
-from memory_dag.summaries.line_tokens import LineTokens
+from memory_dag.summaries.line_tokens import Counted, LineTokens
 from memory_dag.summaries.summarizer import _chunks_counted
 
 #: Characters where the pre-tokenizer's cases meet: letters, digits, contractions, punctuation
@@ -78,4 +78,94 @@ def test_chunks_counted_from_lines_as_encoded_whole(
         encoded = _chunks_counted(text, chunk_size, overlap)
     assert with_lines == encoded
     for chunk, count in zip(*with_lines, strict=True):
+        assert count is None or count == len(encode(chunk))
+
+
+#: Line bodies whose ends meet the pre-tokenizer's cases: a letter, a digit, punctuation that
+#: takes in the line breaks after it (with a space before it or not), a contraction, quotes,
+#: and ends that are not ASCII (encoded, not taken from the count).
+BODIES = [
+    "Anne: hi",
+    "Boris: it's 42",
+    "Anne: fine.",
+    "Boris: really?!",
+    'Anne: he said "yes."',
+    "Boris: well ...",
+    "Anne: (sure)",
+    "Boris: don't",
+    "Anne: x !",
+    "Boris: wow !!",
+    "Anne: mail me @",
+    'Boris: "no!"',
+    "Boris: a  !",
+    "Anne: naïve",
+    "Boris: 日本。",
+    "Anne: 🙂",
+    "Boris: -",
+    "Anne:\t-?",
+    "?",
+]
+
+
+def counted_lines() -> st.SearchStrategy[tuple[str, list[Counted]]]:
+    """A text of lines (`BODIES` and a header), each followed by one or two line breaks, and
+    the (start, end, tokens) of the bodies."""
+
+    def build(parts: list[tuple[str, str, bool]]) -> tuple[str, list[Counted]]:
+        text, counted = "", []
+        for body, breaks, known in parts:
+            if known:
+                counted.append((len(text), len(text) + len(body), len(encode(body))))
+            text += body + breaks
+        return text, counted
+
+    part = st.tuples(st.sampled_from(BODIES), st.sampled_from(["\n", "\n\n", ""]), st.booleans())
+    return st.lists(part, max_size=40).map(build)
+
+
+@settings(max_examples=300, deadline=None)
+@given(counted_lines())
+def test_counted_lines_give_the_counts_and_ids_of_encoding(
+    built: tuple[str, list[Counted]],
+) -> None:
+    """Lines whose bodies were counted already give the same counts and ids as encoding."""
+    text, counted = built
+    line_tokens = LineTokens.of(text, counted)
+    assert line_tokens is not None
+    assert line_tokens.total() == len(encode(text))
+    for start, end in spans(line_tokens)[:400]:
+        ids = encode(text[start:end])
+        assert line_tokens.count(start, end) == len(ids)
+        assert line_tokens.ids(start, end) == ids
+        for wanted in (0, 3, 50):
+            count, last = line_tokens.count_and_last_ids(start, end, wanted)
+            assert count == len(ids)
+            assert last == (ids[max(0, len(ids) - wanted) :] if wanted else [])
+
+
+def test_a_counted_line_is_not_encoded_again() -> None:
+    """The count given for a line's body is the one used (a wrong one shows it); a body that
+    ends in a character outside ASCII is encoded all the same."""
+    anne, boris = "Anne: hello there.", "Boris: café"
+    text = f"{anne}\n{boris}\n"
+    wrong = [(0, len(anne), 100), (len(anne) + 1, len(text) - 1, 100)]
+    line_tokens = LineTokens.of(text, wrong)
+    assert line_tokens is not None
+    breaks_add = len(encode(anne + "\n")) - len(encode(anne))
+    assert line_tokens.count(0, len(anne) + 1) == 100 + breaks_add
+    assert line_tokens.count(len(anne) + 1, len(text)) == len(encode(boris + "\n"))
+    assert line_tokens.ids(0, len(text)) == encode(text)  # ids are encoded when asked for
+
+
+@settings(max_examples=100, deadline=None)
+@given(counted_lines(), st.sampled_from([(40, 0), (60, 10), (120, 30)]))
+def test_chunks_counted_from_counted_lines_as_from_encoded_ones(
+    built: tuple[str, list[Counted]], shape: tuple[int, int]
+) -> None:
+    """Chunking with counted lines gives the chunks and counts of chunking without them."""
+    text, counted = built
+    chunk_size, overlap = shape
+    with_counts = _chunks_counted(text, chunk_size, overlap, lines=LineTokens.of(text, counted))
+    assert with_counts == _chunks_counted(text, chunk_size, overlap)
+    for chunk, count in zip(*with_counts, strict=True):
         assert count is None or count == len(encode(chunk))
