@@ -104,6 +104,8 @@ BODIES = [
     "Boris: -",
     "Anne:\t-?",
     "?",
+    "Anne: two\nlines.",  # a turn of two lines: a clean cut inside its counted stretch
+    "Boris: gap\n  indented!",
 ]
 
 
