@@ -394,8 +394,9 @@ def _turn(row: dict[str, Any]) -> Turn:
 def summarizer_identity(config: SummarizerConfig) -> str:
     """Part of the input fingerprint: switching to an LLM (or another model) re-summarizes."""
     # "v2": summaries carry source_ids and source_categories; older trees are rebuilt once.
+    # "v3" (extractive): a sentence labelled already gets no second label; rebuilt once.
     if config.llm is None:
-        return f"v2/extractive/{config.chunk_size}/{config.chunk_overlap}/{config.group_size}"
+        return f"v3/extractive/{config.chunk_size}/{config.chunk_overlap}/{config.group_size}"
     return f"v2/llm:{config.llm.config.model}/{config.chunk_size}/{config.chunk_overlap}"
 
 

@@ -644,10 +644,12 @@ class _ExtractiveEngine:
     method: Literal["llm", "extractive"] = "extractive"
 
     def brief(self, content: str, prior: str | None, budget: int) -> str:
-        return extract_sentences(_with_prior(content, prior), budget, max_sentences=1)
+        text, labelled = _with_prior(content, prior), _line_count(prior)
+        return extract_sentences(text, budget, max_sentences=1, labelled_lines=labelled)
 
     def standard(self, content: str, prior: str | None, content_type: str, budget: int) -> str:
-        return extract_sentences(_with_prior(content, prior), budget)
+        text, labelled = _with_prior(content, prior), _line_count(prior)
+        return extract_sentences(text, budget, labelled_lines=labelled)
 
     def __init__(self) -> None:
         #: chunk -> its sentences, from `prepare`
@@ -661,7 +663,8 @@ class _ExtractiveEngine:
         return extract_sentences(content, budget, units=self._units.pop(content, None))
 
     def synthesize(self, summaries: Sequence[str], prior: str | None, budget: int) -> str:
-        return extract_sentences(_with_prior("\n".join(summaries), prior), budget)
+        text = _with_prior("\n".join(summaries), prior)
+        return extract_sentences(text, budget, labelled_lines=_line_count(text))
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], max_concurrency: int) -> list[R]:
         return [fn(item) for item in items]  # CPU-bound numpy work: threads would not help
@@ -670,6 +673,11 @@ class _ExtractiveEngine:
 def _with_prior(content: str, prior: str | None) -> str:
     """Rolling extraction: sentences of the prior summary compete with the new content's."""
     return content if prior is None else prior + "\n" + content
+
+
+def _line_count(text: str | None) -> int:
+    """How many lines `text` has (none for no text)."""
+    return 0 if text is None else text.count("\n") + 1
 
 
 def split_sentences(text: str) -> list[str]:
@@ -682,16 +690,19 @@ def _sentences(parts: list[str]) -> list[str]:
     return [part.strip() for part in parts[::2] if part and part.strip()]
 
 
-def extraction_units(text: str) -> list[str]:
+def extraction_units(text: str, *, labelled_lines: int = 0) -> list[str]:
     """The sentences of `text` an extractive summary chooses from.
 
     Headers, label lines and superseded turns are left out; list markers are dropped; a later
     sentence of a turn keeps its speaker's label ("Sam: ..."); a sentence that starts
     with a pronoun pointing back ("This", "It", "He", ...) is joined to the sentence before it,
     so it is never shown without what it refers to (and is left out when nothing precedes it).
+    The first `labelled_lines` lines are summaries (a prior summary, the summaries a synthesis
+    reads): their sentences carry their own speakers' labels already, and a line holds several
+    speakers' ("Sam: A. Kim: B." must not become "Sam: Kim: B."), so none is added there.
     """
     units: list[str] = []
-    for line in text.split("\n"):
+    for index, line in enumerate(text.split("\n")):
         if line.startswith(SUPERSEDED_MARK):
             continue
         label = _SPEAKER_LABEL.match(line)
@@ -709,7 +720,7 @@ def extraction_units(text: str) -> list[str]:
                 if units:
                     units[-1] = f"{units[-1]} {sentence}"
                 continue
-            if number and label:  # a later sentence of a turn keeps who said it
+            if number and label and index >= labelled_lines:  # who said a turn's later ones
                 sentence = f"{label.group(1)}: {sentence}"
             units.append(sentence)
     return units
@@ -721,16 +732,17 @@ def extract_sentences(
     max_sentences: int | None = None,
     *,
     units: list[str] | None = None,
+    labelled_lines: int = 0,
 ) -> str:
     """The most central sentences of `text` that fit in `budget` tokens, in original order.
 
     Centrality is the cosine between a sentence's TF-IDF vector and the text's centroid; a
     penalty for similarity to already chosen sentences spreads the selection over the topics.
     When no sentence fits, the most central one is cut to the budget. The candidates are
-    `extraction_units` (no headers, no pronoun without its referent), or `units` when the
-    caller cut `text` already.
+    `extraction_units` (no headers, no pronoun without its referent; `labelled_lines` as
+    there), or `units` when the caller cut `text` already.
     """
-    sentences = extraction_units(text) if units is None else units
+    sentences = extraction_units(text, labelled_lines=labelled_lines) if units is None else units
     if not sentences:
         return ""
     # Speaker labels ("Gina: ...") are in every line of a chat: as words they would make

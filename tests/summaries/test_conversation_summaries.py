@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,10 @@ def test_each_level_is_stored_as_its_tree(
     else:  # the extractive default meets each level's target compression (seed 001 §3.1)
         target = {"BRIEF": 0.20, "STANDARD": 0.12, "DETAILED": 0.07, "HIERARCHICAL": 0.05}
         assert 0 < final["compression_ratio"] <= target[level.value] + 0.01
+        # Every sentence says who said it, once: never "Dana: Ravi: ..." at any level.
+        labels = "|".join(SPEAKERS)
+        for row in rows:
+            assert not re.search(rf"\b({labels}): ({labels}):", row["content"]), row["id"]
     stored = final_summary("c1", settings)
     assert stored is not None and stored.content == final["content"] and stored.is_final
 

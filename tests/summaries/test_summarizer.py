@@ -32,6 +32,7 @@ from memory_dag.summaries.summarizer import (
     chunk_text,
     determine_level,
     extract_sentences,
+    extraction_units,
     final_summary_text,
     middle_truncate,
     split_sentences,
@@ -650,6 +651,38 @@ def test_content_words_of_all_sentences_at_once_equal_those_of_each(sentences: l
     stopwords = frozenset({"the", "a"})
     each = [[w for w in _WORD.findall(s.lower()) if w not in stopwords] for s in sentences]
     assert _content_words(sentences, stopwords) == each
+
+
+def test_a_sentence_says_who_said_it_once() -> None:
+    """A later sentence of a turn gets its speaker's label; a summary's sentences (a prior, or
+    what a synthesis reads) carry their own, several speakers' on one line: none is added."""
+    transcript = "Sam: I sold the boat last week. The buyer paid cash.\nKim: Good news."
+    assert extraction_units(transcript) == [
+        "Sam: I sold the boat last week.",
+        "Sam: The buyer paid cash.",
+        "Kim: Good news.",
+    ]
+    prior = "Sam: I sold the boat last week. Kim: Good news. Sam: The buyer paid cash."
+    assert extraction_units(f"{prior}\n{transcript}", labelled_lines=1) == [
+        "Sam: I sold the boat last week.",
+        "Kim: Good news.",
+        "Sam: The buyer paid cash.",
+        *extraction_units(transcript),
+    ]
+
+
+@pytest.mark.parametrize("tokens", [300, 1500])  # BRIEF and STANDARD roll a prior summary
+def test_a_rolling_summary_quotes_its_prior_with_one_label_a_sentence(tokens: int) -> None:
+    rng = random.Random(3)
+    turns: list[str] = []
+    while count_tokens("\n".join(turns)) < tokens:
+        turns.append(f"{rng.choice(['Dana', 'Ravi'])}: {sentence(rng)} {sentence(rng)}")
+    prior = " ".join(f"{name}: {sentence(rng)}" for name in ("Dana", "Ravi", "Dana", "Ravi"))
+
+    result = summarize("\n".join(turns), SummarizerConfig(), prior)
+
+    assert result.summary
+    assert not re.search(r"\b(Dana|Ravi): (Dana|Ravi):", result.summary)
 
 
 @settings(max_examples=500, deadline=None)
