@@ -64,6 +64,7 @@ from memory_dag.store.connection import (
     registered,
     to_json,
 )
+from memory_dag.summaries.line_tokens import Counted
 from memory_dag.summaries.provenance import Content, Source, chunk_sources
 from memory_dag.summaries.summarizer import (
     SUPERSEDED_MARK,
@@ -138,7 +139,7 @@ class ConversationInput:
     sources: tuple[Source, ...] = ()
     #: (start, end, tokens) of the turns in `content` whose token counts are known (counted
     #: when they were chunked): `summarizer.summarize`'s `counted`.
-    counted: tuple[tuple[int, int, int], ...] = ()
+    counted: tuple[Counted, ...] = ()
 
 
 @dataclass

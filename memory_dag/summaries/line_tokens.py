@@ -97,12 +97,6 @@ class LineTokens:
         first, last = self._span(start, end)
         return self._before[last] - self._before[first] + self._tail_count(last, end)
 
-    def ids(self, start: int, end: int) -> list[int]:
-        """The tokens of `text[start:end]`; `start` must be a clean cut."""
-        first, last = self._span(start, end)
-        lines = (self._line_ids(line) for line in range(first, last))
-        return [*itertools.chain.from_iterable(lines), *self._tail_ids(last, end)]
-
     def count_and_last_ids(self, start: int, end: int, wanted: int) -> tuple[int, list[int]]:
         """The token count of `text[start:end]` and its last `wanted` tokens (all of them when
         it has fewer); `start` must be a clean cut. Only the lines those tokens are in are
