@@ -81,6 +81,13 @@ def count_tokens(text: str) -> int:
     return len(encoding.encode_ordinary(text))
 
 
+@lru_cache(maxsize=4096)
+def count_tokens_cached(text: str) -> int:
+    """`count_tokens` of a short text that recurs (a separator, a run of punctuation and the
+    line breaks after it), counted once a process."""
+    return count_tokens(text)
+
+
 def count_tokens_batch(texts: list[str]) -> list[int]:
     """Token counts for many texts (see the module doc for how large batches are counted)."""
     encoding = get_encoding()

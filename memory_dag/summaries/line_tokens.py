@@ -23,11 +23,10 @@ import re
 import string
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
-from functools import lru_cache
 
 import tiktoken
 
-from memory_dag.ingest.tokens import CL100K_PATTERN, get_encoding
+from memory_dag.ingest.tokens import CL100K_PATTERN, count_tokens_cached, get_encoding
 
 #: A clean cut: just after a line break, just before a character that is not whitespace.
 #: Python's `\S` excludes every `str.isspace()` character, a superset of the Unicode
@@ -177,7 +176,7 @@ def _breaks_add(stretch: str, breaks: str) -> int | None:
         return 0
     last = stretch[-1]
     if last in _LETTERS_AND_DIGITS:
-        return _piece_tokens(breaks)
+        return count_tokens_cached(breaks)
     if last not in _PUNCTUATION:
         return None
     run = len(stretch) - 1
@@ -188,11 +187,4 @@ def _breaks_add(stretch: str, breaks: str) -> int | None:
     elif run > 0 and stretch[run - 1] not in _LETTERS_AND_DIGITS:
         return None  # non-ASCII, or whitespace other than one space, before the run
     piece = stretch[run:]
-    return _piece_tokens(piece + breaks) - _piece_tokens(piece)
-
-
-@lru_cache(maxsize=4096)
-def _piece_tokens(piece: str) -> int:
-    encoding = get_encoding()
-    assert encoding is not None  # LineTokens exist only with cl100k's encoding
-    return len(encoding.encode_ordinary(piece))
+    return count_tokens_cached(piece + breaks) - count_tokens_cached(piece)

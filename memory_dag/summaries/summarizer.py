@@ -18,7 +18,6 @@ chunking, middle truncation and the LLM and extractive engines share its budgets
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import re
@@ -36,6 +35,7 @@ from memory_dag.ingest.tokens import (
     CL100K_PATTERN,
     count_tokens,
     count_tokens_batch,
+    count_tokens_cached,
     get_encoding,
 )
 from memory_dag.ingest.tokens import split_by_tokens as _split_by_tokens
@@ -495,7 +495,7 @@ def _unit_costs(units: list[tuple[str, str]], piece_tokens: list[int | None]) ->
     known: dict[int, int] = {}
     for i, ((sep, piece), tokens) in enumerate(zip(units, piece_tokens, strict=True)):
         if exact and tokens is not None and piece[:1].strip() and _joins_cleanly(sep):
-            known[i] = _separator_tokens(sep) + tokens
+            known[i] = count_tokens_cached(sep) + tokens
     unknown = [i for i in range(len(units)) if i not in known]
     known.update(
         zip(unknown, count_tokens_batch(["".join(units[i]) for i in unknown]), strict=True)
@@ -506,11 +506,6 @@ def _unit_costs(units: list[tuple[str, str]], piece_tokens: list[int | None]) ->
 def _joins_cleanly(sep: str) -> bool:
     """No separator, or whitespace ending in a line break (see `_unit_costs`)."""
     return not sep or (not sep.strip() and sep.endswith("\n"))
-
-
-@functools.lru_cache(maxsize=256)
-def _separator_tokens(sep: str) -> int:
-    return count_tokens(sep)
 
 
 def _split_paragraph(paragraph: str, limit: int) -> list[tuple[str, str]]:
