@@ -199,18 +199,28 @@ def build_search_index(
 
 
 def _index_fingerprint(con: Any, provider: str, model: str) -> str:
-    row = con.execute(
-        "SELECT coalesce(md5(string_agg(id || ':' || hash, ',' ORDER BY id)), '') "
-        "FROM search_documents"
-    ).fetchone()
-    return digest(str(FORMAT_VERSION), provider, model, row[0])
+    return digest(str(FORMAT_VERSION), provider, model, rows_fingerprint(con, "search_documents"))
 
 
 def _chunks_fingerprint(con: Any) -> str:
-    row = con.execute(
-        "SELECT coalesce(md5(string_agg(id || ':' || hash, ',' ORDER BY id)), '') FROM chunks"
+    return rows_fingerprint(con, "chunks")
+
+
+#: The relations whose (id, hash) pairs `rows_fingerprint` reads (a name goes into its SQL).
+_FINGERPRINTED = frozenset({"search_documents", "chunks"})
+
+
+def rows_fingerprint(con: Any, relation: str) -> str:
+    """What `relation`'s (id, hash) pairs are, as one string: their count and the XOR of each
+    pair's md5. The same set of pairs gives the same string in any order (ids are unique);
+    a pair added, removed or changed gives another. Nothing is sorted: the md5 of every pair
+    joined in id order took 1.9-2.6 s at 1M rows, on every run of the index step."""
+    if relation not in _FINGERPRINTED:
+        raise ValueError(f"no fingerprint of {relation!r}: one of {sorted(_FINGERPRINTED)}")
+    count, folded = con.execute(
+        f"SELECT count(*), bit_xor(md5_number(id || ':' || hash)) FROM {relation}"
     ).fetchone()
-    return row[0]
+    return f"{count}:{folded if folded is not None else 0}"
 
 
 #: Embeddings read from DuckDB at a time while the index's matrix is filled.
