@@ -213,8 +213,9 @@ _FINGERPRINTED = frozenset({"search_documents", "chunks"})
 def rows_fingerprint(con: Any, relation: str) -> str:
     """What `relation`'s (id, hash) pairs are, as one string: their count and the XOR of each
     pair's md5. The same set of pairs gives the same string in any order (ids are unique);
-    a pair added, removed or changed gives another. Nothing is sorted: the md5 of every pair
-    joined in id order took 1.9-2.6 s at 1M rows, on every run of the index step."""
+    a pair added, removed or changed gives another ("id:hash" names one pair: an id may hold
+    a ":", a hash, hex, none). Nothing is sorted: the md5 of every pair joined in id order
+    took 1.9-2.6 s at 1M rows, on every run of the index step."""
     if relation not in _FINGERPRINTED:
         raise ValueError(f"no fingerprint of {relation!r}: one of {sorted(_FINGERPRINTED)}")
     count, folded = con.execute(

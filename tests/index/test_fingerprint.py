@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from memory_dag.index.build import rows_fingerprint
 
+#: Ids as the store's (`ch_...`, `conv-1:summary:L1:0`), hashes hex.
 _pairs = st.dictionaries(
     st.text(alphabet="abc_-:0123456789", min_size=1, max_size=6),
-    st.text(alphabet="0123456789abcdef:", max_size=6),
+    st.text(alphabet="0123456789abcdef", max_size=6),
     max_size=30,
 )
 
