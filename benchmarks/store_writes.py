@@ -31,8 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
-from memory_dag.store.connection import ROW_GROUP_ROWS
+from memory_dag.store.connection import ROW_GROUP_ROWS, _attach
 
 
 def timed(work: Callable[[], None]) -> tuple[float, float]:
@@ -42,13 +43,12 @@ def timed(work: Callable[[], None]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def attached(path: Path, row_group_rows: int | None) -> duckdb.DuckDBPyConnection:
-    """An instance with `path` attached as its default database, as the writers' hub does
-    (`row_group_rows`), or as a plain `duckdb.connect(path)` (None)."""
-    if row_group_rows is None:
+def attached(path: Path, *, as_the_hub: bool) -> duckdb.DuckDBPyConnection:
+    """`path` opened by the writers' hub's own attach (`connection._attach`: its row groups,
+    its spill folder) as the default database, or by a plain `duckdb.connect(path)`."""
+    if not as_the_hub:
         return duckdb.connect(str(path))
-    con = duckdb.connect()
-    con.execute(f"ATTACH '{path}' AS store (ROW_GROUP_SIZE {row_group_rows})")
+    con = _attach(path)
     con.execute("USE store")
     return con
 
@@ -77,13 +77,18 @@ def without_constraints(create: str, constraints: list[str]) -> str:
     return create.replace(" PRIMARY KEY", "").replace(" UNIQUE", "")
 
 
-def insert_cost(store: Path, table: str, create: str, folder: Path) -> tuple[float, float, int]:
-    """Wall, CPU seconds and file bytes of writing every row of `table` into a new file."""
+def table_rows(store: Path, table: str) -> pa.Table:
+    """Every row of `table`, read once for all the writes of it that are timed."""
     with duckdb.connect(str(store), read_only=True) as source:
-        rows = source.execute(f"SELECT * FROM {table}").to_arrow_table()
+        return source.execute(f"SELECT * FROM {table}").to_arrow_table()
+
+
+def insert_cost(rows: pa.Table, table: str, create: str, folder: Path) -> tuple[float, float, int]:
+    """Wall, CPU seconds and file bytes of writing `rows` into `table` of a new file."""
     path = folder / "insert.duckdb"
     path.unlink(missing_ok=True)
-    con = attached(path, ROW_GROUP_ROWS)
+    path.with_name(path.name + ".wal").unlink(missing_ok=True)
+    con = attached(path, as_the_hub=True)
     con.execute(create)
     con.execute("CHECKPOINT")
     con.register("source_rows", rows)
@@ -99,11 +104,11 @@ def insert_cost(store: Path, table: str, create: str, folder: Path) -> tuple[flo
     return wall, cpu, path.stat().st_size
 
 
-def touch_cost(store: Path, table: str, folder: Path, row_group_rows: int | None) -> float:
+def touch_cost(store: Path, table: str, folder: Path, *, as_the_hub: bool) -> float:
     """Seconds of the CHECKPOINT after one row of `table` was deleted and inserted again."""
     path = folder / "touch.duckdb"
     shutil.copy(store, path)
-    con = attached(path, row_group_rows)
+    con = attached(path, as_the_hub=as_the_hub)
     con.execute("CHECKPOINT")
     con.execute("BEGIN TRANSACTION")
     con.execute(f"CREATE TEMP TABLE one_row AS SELECT * FROM {table} LIMIT 1")
@@ -131,23 +136,23 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="store-writes-") as scratch:
         folder = Path(scratch)
-        for table, rows, create, constraints in keyed_tables(store, args.tables):
+        for table, count, create, constraints in keyed_tables(store, args.tables):
+            rows = table_rows(store, table)
             figures: dict[str, list[float]] = {}
             for _ in range(args.repeats):
                 for name, statement in (
                     ("keyed", create),
                     ("plain", without_constraints(create, constraints)),
                 ):
-                    wall, cpu, size = insert_cost(store, table, statement, folder)
+                    wall, cpu, size = insert_cost(rows, table, statement, folder)
                     for part, value in (("wall", wall), ("cpu", cpu), ("mb", size / 1e6)):
                         figures.setdefault(f"{name}_{part}", []).append(value)
-                figures.setdefault("touch_hub", []).append(
-                    touch_cost(store, table, folder, ROW_GROUP_ROWS)
-                )
-                figures.setdefault("touch_plain", []).append(touch_cost(store, table, folder, None))
+                for name, as_the_hub in (("touch_hub", True), ("touch_plain", False)):
+                    cost = touch_cost(store, table, folder, as_the_hub=as_the_hub)
+                    figures.setdefault(name, []).append(cost)
             m = {key: statistics.median(values) for key, values in figures.items()}
             print(
-                f"{table:<18}{rows:>9,}  "
+                f"{table:<18}{count:>9,}  "
                 f"{m['keyed_wall']:5.2f} s {m['keyed_cpu']:5.2f} cpu {m['keyed_mb']:4.0f} MB  "
                 f"{m['plain_wall']:5.2f} s {m['plain_cpu']:5.2f} cpu {m['plain_mb']:4.0f} MB  "
                 f"{m['touch_hub']:19.2f} s  {m['touch_plain']:11.2f} s  {'; '.join(constraints)}",
