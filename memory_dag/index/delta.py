@@ -44,7 +44,7 @@ import numpy as np
 import polars as pl
 
 from memory_dag.index.overlay_columns import Postings, RowColumns
-from memory_dag.index.published import PublishedIndex
+from memory_dag.index.published import PublishedIndex, row_values
 from memory_dag.index.search_text import bm25_documents
 from memory_dag.index.text_index import K1, B, tokenize
 from memory_dag.memories.journal import write_durably
@@ -497,9 +497,9 @@ class _IndexedTurns:
         if turns is None:
             codes, lookup = self.index.codes["path"]
             code = lookup.get(path)
-            rows = np.nonzero(codes == code)[0] if code is not None else []
-            turn_ids = self.index.rows["turn_ids"]
-            turns = self._by_path[path] = {t for r in rows for t in (turn_ids[r] or [])}
+            rows = np.nonzero(codes == code)[0].tolist() if code is not None else []
+            values = row_values(self.index.rows, rows, ("turn_ids",))
+            turns = self._by_path[path] = {t for v in values for t in (v["turn_ids"] or [])}
         return turn_id in turns
 
 

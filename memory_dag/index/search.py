@@ -27,6 +27,7 @@ from memory_dag.index.published import (
     PublishedIndex,
     cached_index,
     empty_index,
+    row_values,
 )
 from memory_dag.index.search_text import names_in, participant_names, strip_names
 from memory_dag.index.vector_index import search_faiss
@@ -35,6 +36,12 @@ from memory_dag.scope import Scope
 
 Fusion = Literal["zscore", "blend", "rrf"]
 SNIPPET_CHARS = 700
+#: The published row columns a hit carries (`Searcher._hit`).
+_HIT_COLUMNS = (
+    "id", "kind", "source", "path", "start_line", "end_line", "text", "conversation_id",
+    "session_id", "turn_ids", "event_time", "role", "speaker", "category", "user_id",
+    "agent_id", "importance",
+)  # fmt: skip
 RRF_K = 60
 #: Scopes up to this many rows are scored exactly, row by row (a conversation always is).
 EXACT_SCOPE_ROWS = 20_000
@@ -279,14 +286,19 @@ class Searcher:
 
         best_bm25 = float(bm25.max()) if len(bm25) else 0.0
         text_norm = bm25 / best_bm25 if best_bm25 > 0 else np.zeros_like(bm25)
-        hits: list[SearchHit] = []
+        chosen: list[tuple[int, tuple[float, float, float]]] = []
         for position in _top(final, min(len(final), k)):
             score = float(final[position])
             if score < min_score:
                 break
-            signals = (score, cosine[position], text_norm[position])
+            chosen.append((int(position), (score, cosine[position], text_norm[position])))
+        # The published hits' values in one read (`ColumnLists.take`), then every hit in order.
+        published = [int(pool[p]) for p, _ in chosen if p < len(pool)]
+        values = iter(row_values(self.index.rows, published, _HIT_COLUMNS))
+        hits: list[SearchHit] = []
+        for position, signals in chosen:
             if position < len(pool):
-                hits.append(self._hit(int(pool[position]), *signals))
+                hits.append(self._hit(int(pool[position]), next(values), *signals))
             else:
                 hits.append(_live_hit(overlay, int(live[position - len(pool)]), *signals))
         return hits
@@ -383,7 +395,7 @@ class Searcher:
         """The whole text of a hit (its snippet is cut)."""
         if hit.live is not None:
             return hit.live.text
-        return self.index.rows["text"][hit.row]
+        return row_values(self.index.rows, [hit.row], ("text",))[0]["text"]
 
     def vectors_of(self, hits: Sequence[SearchHit]) -> np.ndarray:
         """The vectors of hits, in order (published rows and delta rows alike)."""
@@ -522,30 +534,36 @@ class Searcher:
             scores = scores + settings.speaker_boost * (index.speaker_code[pool] == named_speaker)
         return scores
 
-    def _hit(self, row: int, score: float, vector_score: float, text_score: float) -> SearchHit:
-        cols = self.index.rows
-        text = cols["text"][row]
+    def _hit(
+        self,
+        row: int,
+        values: dict[str, Any],
+        score: float,
+        vector_score: float,
+        text_score: float,
+    ) -> SearchHit:
+        """A hit on published row `row`, whose `_HIT_COLUMNS` are `values`."""
         return SearchHit(
-            id=cols["id"][row],
-            kind=cols["kind"][row],
-            source=cols["source"][row],
-            path=cols["path"][row],
-            start_line=cols["start_line"][row],
-            end_line=cols["end_line"][row],
+            id=values["id"],
+            kind=values["kind"],
+            source=values["source"],
+            path=values["path"],
+            start_line=values["start_line"],
+            end_line=values["end_line"],
             score=round(score, 6),
-            snippet=text[:SNIPPET_CHARS],
-            conversation_id=cols["conversation_id"][row],
-            session_id=cols["session_id"][row],
-            turn_ids=list(cols["turn_ids"][row] or []),
-            event_time=cols["event_time"][row],
+            snippet=values["text"][:SNIPPET_CHARS],
+            conversation_id=values["conversation_id"],
+            session_id=values["session_id"],
+            turn_ids=list(values["turn_ids"] or []),
+            event_time=values["event_time"],
             vector_score=round(float(vector_score), 6),
             text_score=round(float(text_score), 6),
-            role=cols["role"][row],
-            speaker=cols["speaker"][row],
-            category=cols["category"][row],
-            user_id=cols["user_id"][row],
-            agent_id=cols["agent_id"][row],
-            importance=cols["importance"][row],
+            role=values["role"],
+            speaker=values["speaker"],
+            category=values["category"],
+            user_id=values["user_id"],
+            agent_id=values["agent_id"],
+            importance=values["importance"],
             row=row,
         )
 
