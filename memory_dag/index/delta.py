@@ -484,11 +484,12 @@ def _held(item: Mapping[str, Any], index: PublishedIndex, indexed_turns: _Indexe
 
 
 class _IndexedTurns:
-    """Which transcript turns (path, turn id) a published version indexes, per path on demand."""
+    """Which transcript turns (path, turn id) a published version indexes, per path on demand
+    and remembered with the version (an overlay is built anew after many changes)."""
 
     def __init__(self, index: PublishedIndex) -> None:
         self.index = index
-        self._by_path: dict[str, set[str]] = {}
+        self._by_path = index.turns_by_path
 
     def holds(self, path: str | None, turn_id: str | None) -> bool:
         if path is None or turn_id is None:

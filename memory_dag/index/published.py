@@ -21,6 +21,7 @@ when the rows were read: the delta segment (`delta.py`) adds what was written af
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -142,6 +144,9 @@ class PublishedIndex:
     #: The catalog (`memories.parquet`), loaded on first use by `catalog()`.
     _catalog: Catalog | None = field(default=None, repr=False)
     _rows_by_id: dict[str, int] | None = field(default=None, repr=False)
+    #: The transcript turn ids indexed from each file path, as the delta overlay asked for
+    #: them (`delta._IndexedTurns`): kept with the version, for every overlay built over it.
+    turns_by_path: dict[str, set[str]] = field(default_factory=dict, repr=False)
 
     @property
     def size(self) -> int:
@@ -486,7 +491,7 @@ def load_index(index_dir: Path) -> PublishedIndex:
         # In memory, not memory-mapped: a conversation's rows are a slice (no page faults).
         vectors=np.load(folder / "vectors.npy"),
         text=_text_index(folder, table.num_rows, manifest),
-        rows=ColumnLists(table, rows_file),
+        rows=ColumnLists(table, rows_file, encoded),
         rows_by_conversation=_group_rows(*encoded["conversation_id"]),
         rows_by_session=_group_rows(*encoded["session_id"]),
         prev_row=prev_row,
@@ -504,7 +509,7 @@ def load_index(index_dir: Path) -> PublishedIndex:
 #: Row columns `load_index` leaves in the file until a reader asks for them.
 _READ_ON_DEMAND = frozenset({"search_text"})
 #: Rows a process reads one by one (`ColumnLists.take`) before its columns are made lists.
-LISTS_AFTER_ROWS = 2_000
+LISTS_AFTER_ROWS = 500
 
 
 class ColumnLists(Mapping[str, list[Any]]):
@@ -518,9 +523,17 @@ class ColumnLists(Mapping[str, list[Any]]):
     when first asked for.
     """
 
-    def __init__(self, table: pa.Table, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        path: Path | None = None,
+        encoded: Mapping[str, tuple[np.ndarray, list[Any]]] | None = None,
+    ) -> None:
         self._table = table
         self._path = path
+        #: Columns already dictionary-encoded (`load_index`'s codes): their lists come from
+        #: the codes, ~5x faster than from Arrow.
+        self._encoded = dict(encoded or {})
         self._names = list(ROW_SCHEMA.names) if path is not None else list(table.column_names)
         for name in table.column_names:
             if name not in self._names:
@@ -535,14 +548,19 @@ class ColumnLists(Mapping[str, list[Any]]):
             return values
         if name not in self._names:
             raise KeyError(name)
-        with self._lock:
+        with self._lock, _no_collection():
             if name not in self._lists:
-                if name in self._table.column_names:
-                    column = self._table.column(name)
+                if name in self._encoded:
+                    codes, values = self._encoded[name]
+                    distinct = np.empty(len(values), dtype=object)
+                    distinct[:] = values
+                    self._lists[name] = distinct[codes].tolist()
+                elif name in self._table.column_names:
+                    self._lists[name] = python_values(self._table.column(name))
                 else:  # left in the file
                     assert self._path is not None
                     column = pq.read_table(self._path, columns=[name]).column(name)
-                self._lists[name] = python_values(column)
+                    self._lists[name] = python_values(column)
             return self._lists[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -554,10 +572,13 @@ class ColumnLists(Mapping[str, list[Any]]):
     def take(self, positions: Sequence[int], names: Sequence[str]) -> list[dict[str, Any]]:
         """The values of columns `names` at rows `positions`, a dict a row.
 
-        From the columns' lists when they exist. Before that, from Arrow: a command searches
-        a few times and reads ~1 ms of rows where making the lists costs ~0.35 s at 100k
-        rows. A process that reads more (a service) has the lists made once it has read
-        `LISTS_AFTER_ROWS` rows this way, and reads them from then on.
+        From the columns' lists when they exist. Before that from Arrow, the rows of each
+        row group in one read (Arrow's take of a whole column joins its chunks first, ~0.1 s
+        a call at 100k rows): a command searches a few times and reads ~100 rows (~1 ms a
+        search more than from lists), where making the lists of a hit's columns costs
+        ~0.25 s at 100k rows. A process that reads more (a service, an agent's loop) has the
+        lists of the columns it reads made, once, when it has read `LISTS_AFTER_ROWS` rows
+        this way (after a few searches), and reads them from then on.
         """
         self._rows_taken += len(positions)
         if self._rows_taken > LISTS_AFTER_ROWS:
@@ -569,40 +590,38 @@ class ColumnLists(Mapping[str, list[Any]]):
                 {name: values[p] for name, values in zip(names, lists, strict=True)}
                 for p in positions
             ]
+        in_table = [name for name in names if name in self._table.column_names]
+        batches = self._table.select(in_table).to_batches()
+        ends = np.cumsum([batch.num_rows for batch in batches], dtype=np.int64)
         at = np.asarray(positions, dtype=np.int64)
-        columns = {
-            name: python_values(_take(self._table.column(name), at))
-            for name in names
-            if name in self._table.column_names
-        }
+        which = np.searchsorted(ends, at, side="right")
+        taken: list[dict[str, Any]] = [{} for _ in positions]
+        for number in np.unique(which).tolist():
+            chosen = np.flatnonzero(which == number)
+            start = int(ends[number]) - batches[number].num_rows
+            rows = batches[number].take(pa.array(at[chosen] - start)).to_pylist()
+            for place, row in zip(chosen.tolist(), rows, strict=True):
+                taken[place] = row
         for name in names:
-            if name not in columns:  # a column left in the file: read whole
+            if name not in in_table:  # a column left in the file: read whole
                 values = self[name]
-                columns[name] = [values[p] for p in positions]
-        return [{name: columns[name][i] for name in names} for i in range(len(positions))]
-
-
-def _take(column: pa.ChunkedArray, positions: np.ndarray) -> pa.Array:
-    """`column.take(positions)`, from each chunk that holds some of them: Arrow's own take of
-    a chunked column joins all its chunks first (~0.1 s for a 100k-row text column, each
-    call), where the rows of a version come in a chunk per row group."""
-    ends = np.cumsum([len(chunk) for chunk in column.chunks], dtype=np.int64)
-    which = np.searchsorted(ends, positions, side="right")
-    parts: list[pa.Array] = []
-    order: list[np.ndarray] = []
-    for number in np.unique(which).tolist():
-        chosen = np.flatnonzero(which == number)
-        start = int(ends[number]) - len(column.chunk(number))
-        parts.append(column.chunk(number).take(pa.array(positions[chosen] - start)))
-        order.append(chosen)
-    if not parts:
-        return pa.array([], type=column.type)
-    taken = pa.concat_arrays(parts)
-    if len(parts) == 1:
+                for place, p in enumerate(positions):
+                    taken[place][name] = values[p]
         return taken
-    inverse = np.empty(len(positions), dtype=np.int64)
-    inverse[np.concatenate(order)] = np.arange(len(positions))
-    return taken.take(pa.array(inverse))
+
+
+@contextmanager
+def _no_collection() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: making 100k lists (`turn_ids`) in a process
+    that already holds millions of objects set off collections that scanned them all, ~4x the
+    conversion's own time; none of the new objects can be garbage."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def python_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
