@@ -392,9 +392,12 @@ class Searcher:
         return int(users) + len(self.overlay().users - indexed)
 
     def text_of(self, hit: SearchHit) -> str:
-        """The whole text of a hit (its snippet is cut)."""
+        """The whole text of a hit (its snippet is cut at `SNIPPET_CHARS`: a shorter snippet
+        is the whole text)."""
         if hit.live is not None:
             return hit.live.text
+        if len(hit.snippet) < SNIPPET_CHARS:
+            return hit.snippet
         return row_values(self.index.rows, [hit.row], ("text",))[0]["text"]
 
     def vectors_of(self, hits: Sequence[SearchHit]) -> np.ndarray:

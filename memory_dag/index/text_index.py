@@ -278,13 +278,16 @@ class TextIndex:
         np.save(folder / "weights.npy", self.weights)
 
     @classmethod
-    def load(cls, folder: Path, size: int) -> TextIndex:
+    def load(cls, folder: Path, size: int, *, mapped: bool = False) -> TextIndex:
+        """The postings saved in `folder`; `mapped`: the two large arrays memory-mapped (read
+        only, paged in as queries touch their terms), for readers."""
         terms = json.loads((folder / "vocab.json").read_text())
+        mode = "r" if mapped else None
         return cls(
             {term: i for i, term in enumerate(terms)},
             np.load(folder / "indptr.npy"),
-            np.load(folder / "docs.npy"),
-            np.load(folder / "weights.npy"),
+            np.asarray(np.load(folder / "docs.npy", mmap_mode=mode)),
+            np.asarray(np.load(folder / "weights.npy", mmap_mode=mode)),
             size,
         )
 

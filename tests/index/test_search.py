@@ -111,6 +111,29 @@ def test_snippets_are_capped(settings: Settings, workspace: Path) -> None:
     assert hits and all(len(h.snippet) <= SNIPPET_CHARS for h in hits)
 
 
+def test_a_hits_whole_text_is_its_snippet_or_its_row(settings: Settings, workspace: Path) -> None:
+    """`text_of` answers from the snippet when it was not cut, else from the published row."""
+    texts = {
+        "short.md": "zebra short note",
+        "exact.md": ("zebra " * 200)[: SNIPPET_CHARS - 1].strip() + "x",
+        "long.md": "zebra " + "long words here " * 100,
+    }
+    for name, text in texts.items():
+        (workspace / "memory" / name).write_text(text)
+    run_first_stages(settings)
+    searcher = Searcher(settings)
+    hits = searcher.search("zebra", k=50, min_score=0.0, filters=SearchFilters(kind="note"))
+    by_path = {hit.path: hit for hit in hits if hit.path in {f"memory/{n}" for n in texts}}
+    assert set(by_path) == {f"memory/{n}" for n in texts}
+    for name in texts:
+        hit = by_path[f"memory/{name}"]
+        assert searcher.text_of(hit).startswith(hit.snippet)
+    assert searcher.text_of(by_path["memory/short.md"]) == "zebra short note"
+    long_hit = by_path["memory/long.md"]
+    assert len(long_hit.snippet) == SNIPPET_CHARS  # cut: the whole text is the row's
+    assert searcher.text_of(long_hit).split() == texts["long.md"].split()
+
+
 def test_search_works_while_another_process_writes_the_store(built: Settings) -> None:
     holder = hold_lock(built.db_path, 3)
     try:
