@@ -21,7 +21,6 @@ when the rows were read: the delta segment (`delta.py`) adds what was written af
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shutil
@@ -29,7 +28,6 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from memory_dag.collection import collection_paused
 from memory_dag.index.faiss_import import faiss
 from memory_dag.index.search_text import bm25_documents
 from memory_dag.index.text_index import TOKENIZE_BATCH, TextIndex
@@ -551,7 +550,7 @@ class ColumnLists(Mapping[str, list[Any]]):
             return values
         if name not in self._names:
             raise KeyError(name)
-        with self._lock, _no_collection():
+        with self._lock, collection_paused():
             if name not in self._lists:
                 if name in self._encoded:
                     codes, values = self._encoded[name]
@@ -611,20 +610,6 @@ class ColumnLists(Mapping[str, list[Any]]):
                 for place, p in enumerate(positions):
                     taken[place][name] = values[p]
         return taken
-
-
-@contextmanager
-def _no_collection() -> Iterator[None]:
-    """Python's cyclic garbage collector paused: making 100k lists (`turn_ids`) in a process
-    that already holds millions of objects set off collections that scanned them all, ~4x the
-    conversion's own time; none of the new objects can be garbage."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def python_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:

@@ -37,13 +37,11 @@ shapes, ids and provenance; the summarizer itself is `summarizer.py`.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -52,6 +50,7 @@ import duckdb
 import pyarrow as pa
 from pydantic import BaseModel
 
+from memory_dag.collection import collection_paused
 from memory_dag.config import Settings
 from memory_dag.ingest.sources import Turn, render_turn
 from memory_dag.ingest.tokens import count_tokens
@@ -194,21 +193,6 @@ def gather_input(
 ) -> ConversationInput:
     """Read a conversation's turns, shared facts and prior L3 into the summarizer's input."""
     return gather_inputs(con, [conversation_id], summarizer)[0]
-
-
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused (when it ran): reading inputs makes a million
-    objects or so (rows, turns, spans), none of them in a cycle, and the collector, started
-    again and again by so many new objects, went through them and the whole heap each time
-    (100k turns: ~0.5 s of the ~2 s read, more in a Dagster process's larger heap)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @collection_paused()

@@ -496,24 +496,3 @@ def test_cli_summarize_show_and_index(tmp_path: Path, capsys: pytest.CaptureFixt
     # `summarize` embedded and indexed the summary: search finds it by kind.
     hits = search("schedule", settings=settings, kind="summary", min_score=0.0)
     assert [hit.id for hit in hits] == ["c1:summary:L3:final"]
-
-
-def test_collection_paused_restores_the_collector_as_it_found_it() -> None:
-    """Reading inputs pauses the garbage collector, and leaves it as it was: running, or
-    stopped by the caller (even when the read raises)."""
-    import gc
-
-    from memory_dag.summaries.conversation_summaries import collection_paused
-
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), collection_paused():
-        assert not gc.isenabled()
-        raise RuntimeError("read failed")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with collection_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
