@@ -515,8 +515,8 @@ LISTS_AFTER_ROWS = 500
 
 
 class ColumnLists(Mapping[str, list[Any]]):
-    """A version's rows as columns: `rows[column][row]`, each column made a list of Python
-    values the first time it is read, and kept.
+    """A version's rows as Arrow columns: `rows[column]` makes a column a list of Python
+    values the first time it is asked for, and keeps it; `take` reads a few rows' values.
 
     A search reads a few values of a few columns (its hits'). Making every column Python
     values as the version loaded was most of the load: 100k rows, 2.75 of 3.6 s, two thirds
@@ -553,9 +553,9 @@ class ColumnLists(Mapping[str, list[Any]]):
         with self._lock, collection_paused():
             if name not in self._lists:
                 if name in self._encoded:
-                    codes, values = self._encoded[name]
-                    distinct = np.empty(len(values), dtype=object)
-                    distinct[:] = values
+                    codes, distinct_values = self._encoded[name]
+                    distinct = np.empty(len(distinct_values), dtype=object)
+                    distinct[:] = distinct_values
                     self._lists[name] = distinct[codes].tolist()
                 elif name in self._table.column_names:
                     self._lists[name] = python_values(self._table.column(name))
