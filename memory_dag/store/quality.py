@@ -125,12 +125,16 @@ def check_embeddings(settings: Settings) -> CheckOutcome:
         provider = get_meta(con, "embedding_provider")
         model = get_meta(con, "embedding_model")
         dims = int(get_meta(con, "embedding_dims") or 0)
+        # Each vector's length is taken before the join: through it, DuckDB moved every
+        # vector (100k rows: 0.27-0.39 s against 0.17-0.19 s; 3.3 s of the check at 1M).
         outcome = validate(
             con,
             """
-            SELECT c.id, e.dims, len(e.embedding) AS length
-            FROM search_documents c LEFT JOIN embedding_cache e
-              ON e.provider = ? AND e.model = ? AND e.hash = c.hash
+            SELECT c.id, e.dims, e.length
+            FROM search_documents c LEFT JOIN (
+              SELECT hash, dims, len(embedding) AS length FROM embedding_cache
+              WHERE provider = ? AND model = ?) e
+              ON e.hash = c.hash
             """,
             [not_null("dims"), in_set("dims", [dims]), in_set("length", [dims])],
             [provider, model],
