@@ -11,7 +11,7 @@ stages are in `read/`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +36,7 @@ from memory_dag.scope import Scope
 
 Fusion = Literal["zscore", "blend", "rrf"]
 SNIPPET_CHARS = 700
-#: The published row columns a hit carries (`Searcher._hit`).
+#: The published row columns a hit carries (`_hit_of`).
 _HIT_COLUMNS = (
     "id", "kind", "source", "path", "start_line", "end_line", "text", "conversation_id",
     "session_id", "turn_ids", "event_time", "role", "speaker", "category", "user_id",
@@ -298,7 +298,7 @@ class Searcher:
         hits: list[SearchHit] = []
         for position, signals in chosen:
             if position < len(pool):
-                hits.append(self._hit(int(pool[position]), next(values), *signals))
+                hits.append(_hit_of(next(values), *signals, row=int(pool[position])))
             else:
                 hits.append(_live_hit(overlay, int(live[position - len(pool)]), *signals))
         return hits
@@ -537,39 +537,6 @@ class Searcher:
             scores = scores + settings.speaker_boost * (index.speaker_code[pool] == named_speaker)
         return scores
 
-    def _hit(
-        self,
-        row: int,
-        values: dict[str, Any],
-        score: float,
-        vector_score: float,
-        text_score: float,
-    ) -> SearchHit:
-        """A hit on published row `row`, whose `_HIT_COLUMNS` are `values`."""
-        return SearchHit(
-            id=values["id"],
-            kind=values["kind"],
-            source=values["source"],
-            path=values["path"],
-            start_line=values["start_line"],
-            end_line=values["end_line"],
-            score=round(score, 6),
-            snippet=values["text"][:SNIPPET_CHARS],
-            conversation_id=values["conversation_id"],
-            session_id=values["session_id"],
-            turn_ids=list(values["turn_ids"] or []),
-            event_time=values["event_time"],
-            vector_score=round(float(vector_score), 6),
-            text_score=round(float(text_score), 6),
-            role=values["role"],
-            speaker=values["speaker"],
-            category=values["category"],
-            user_id=values["user_id"],
-            agent_id=values["agent_id"],
-            importance=values["importance"],
-            row=row,
-        )
-
 
 def _live_hit(
     overlay: Overlay, position: int, score: float, vector_score: float, text_score: float
@@ -579,28 +546,51 @@ def _live_hit(
     event_time = row["event_time"]
     if isinstance(event_time, str):
         event_time = datetime.fromisoformat(event_time)
+    values = {
+        **row,
+        "path": row["path"] or "",
+        "start_line": int(row["start_line"] or 0),
+        "end_line": int(row["end_line"] or 0),
+        "event_time": event_time,
+    }
+    live = LiveRow(row["text"], overlay.vectors[position])
+    return _hit_of(values, score, vector_score, text_score, live=live)
+
+
+def _hit_of(
+    values: Mapping[str, Any],
+    score: float,
+    vector_score: float,
+    text_score: float,
+    *,
+    row: int = -1,
+    live: LiveRow | None = None,
+) -> SearchHit:
+    """A hit from a row's `_HIT_COLUMNS` values: a published row (`row`) or a delta one
+    (`live`)."""
     return SearchHit(
-        id=row["id"],
-        kind=row["kind"],
-        source=row["source"],
-        path=row["path"] or "",
-        start_line=int(row["start_line"] or 0),
-        end_line=int(row["end_line"] or 0),
+        id=values["id"],
+        kind=values["kind"],
+        source=values["source"],
+        path=values["path"],
+        start_line=values["start_line"],
+        end_line=values["end_line"],
         score=round(score, 6),
-        snippet=row["text"][:SNIPPET_CHARS],
-        conversation_id=row["conversation_id"],
-        session_id=row["session_id"],
-        turn_ids=list(row["turn_ids"] or []),
-        event_time=event_time,
+        snippet=values["text"][:SNIPPET_CHARS],
+        conversation_id=values["conversation_id"],
+        session_id=values["session_id"],
+        turn_ids=list(values["turn_ids"] or []),
+        event_time=values["event_time"],
         vector_score=round(float(vector_score), 6),
         text_score=round(float(text_score), 6),
-        role=row["role"],
-        speaker=row["speaker"],
-        category=row["category"],
-        user_id=row["user_id"],
-        agent_id=row["agent_id"],
-        importance=row["importance"],
-        live=LiveRow(row["text"], overlay.vectors[position]),
+        role=values["role"],
+        speaker=values["speaker"],
+        category=values["category"],
+        user_id=values["user_id"],
+        agent_id=values["agent_id"],
+        importance=values["importance"],
+        row=row,
+        live=live,
     )
 
 
