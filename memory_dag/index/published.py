@@ -116,7 +116,8 @@ class IndexNotBuiltError(FileNotFoundError):
 
 @dataclass
 class PublishedIndex:
-    """A loaded, read-only index version; everything search needs, in memory."""
+    """A loaded, read-only index version; everything search needs, in memory or mapped
+    (`load_index`)."""
 
     folder: Path
     manifest: dict[str, Any]
@@ -446,8 +447,9 @@ def read_manifest(index_dir: Path) -> dict[str, Any] | None:
 
 
 def load_index(index_dir: Path) -> PublishedIndex:
-    """Load the current version: vectors, BM25 and the row table, all in memory (the rows'
-    columns become Python values when first read: `ColumnLists`)."""
+    """Load the current version: the FAISS index in memory, the vectors and BM25 postings
+    memory-mapped read-only, the rows as Arrow columns that become Python values when
+    first read (`ColumnLists`)."""
     name = current_version(index_dir)
     if name is None:
         raise IndexNotBuiltError(f"no search index in {index_dir}: run `memory-dag ingest` first")
