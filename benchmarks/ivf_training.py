@@ -1,12 +1,13 @@
 """FAISS IVF at 100k vectors: training time and recall against the exact index, per setting.
 
-    python benchmarks/ivf_training.py [--size 100000] [--k 24]
+    python benchmarks/ivf_training.py [--size 100000] [--k 24] [--lists-only]
 
 Embeds `--size` generated turns (the corpus of `ingest_search.py`: LoCoMo sentences
 recombined, 60-120 tokens) and the LoCoMo questions with the default WordLlama model, then
-for each (training points per list, k-means iterations) builds the IVF index as
-`memory_dag.index.vector_index` does and reports build time and recall@k of the exact top k
-(single-threaded queries, as the search path runs them), and finally a sweep over nprobe.
+reports build time and recall@k of the exact top k (single-threaded queries, as the search
+path runs them): first for numbers of lists (c·√n) with training sizes and shares probed
+(`--lists-only` stops there), then for each (training points per list, k-means iterations)
+with the index's own lists, and finally a sweep over nprobe.
 """
 
 from __future__ import annotations
@@ -26,12 +27,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest_search import LOCOMO_DIR, load_locomo, make_turn_texts  # noqa: E402
 
 from memory_dag.embed.providers import WordLlamaProvider  # noqa: E402
-from memory_dag.index.vector_index import IVF_PROBE_FRACTION  # noqa: E402
+from memory_dag.index.vector_index import (  # noqa: E402
+    IVF_LISTS_PER_ROOT,
+    IVF_TRAIN_ITERATIONS,
+    IVF_TRAIN_POINTS_PER_LIST,
+    ivf_lists,
+    ivf_probes,
+)
 
 
-def build_ivf(vectors: np.ndarray, per_list: int, iterations: int) -> faiss.IndexIVFFlat:
+def build_ivf(
+    vectors: np.ndarray, per_list: int, iterations: int, lists_factor: float = IVF_LISTS_PER_ROOT
+) -> faiss.IndexIVFFlat:
+    """The IVF index as `vector_index` builds it, with these training settings and
+    `lists_factor`·√n lists (probed as `vector_index` probes them)."""
     count, dims = vectors.shape
-    lists = int(4 * math.sqrt(count))
+    lists = int(lists_factor * math.sqrt(count))
     index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dims), dims, lists, faiss.METRIC_INNER_PRODUCT)
     index.cp.niter = iterations
     index.cp.min_points_per_centroid = 1
@@ -40,7 +51,7 @@ def build_ivf(vectors: np.ndarray, per_list: int, iterations: int) -> faiss.Inde
     )
     index.train(vectors[sample])
     index.add(vectors)
-    index.nprobe = max(8, int(lists * IVF_PROBE_FRACTION))
+    index.nprobe = ivf_probes(lists)
     return index
 
 
@@ -60,10 +71,35 @@ def recall(
     return float(np.mean(hits)), ms
 
 
+def lists_sweep(vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, k: int) -> None:
+    """Build time, recall and query time with c·√n lists, p training points a list (10
+    iterations) and a share of the lists probed (the share of the vectors scanned), twice each."""
+    print("lists sweep: c·√n lists, p training points a list, 10 iterations")
+    header = f"  {'c':>4} {'p':>3} {'probed':>7} {'lists':>6} {'nprobe':>6} {'build s':>8}"
+    print(f"{header} {'recall':>7} {'ms/query':>9}")
+    settings = [(4.0, 16, 12), (2.0, 16, 12), (2.0, 32, 12), (2.0, 32, 10), (2.0, 16, 10)]
+    for _round in range(2):
+        for factor, per_list, share in settings:
+            start = time.perf_counter()
+            index = build_ivf(vectors, per_list, 10, factor)
+            seconds = time.perf_counter() - start
+            index.nprobe = max(8, int(index.nlist / share))
+            found, ms = recall(index, queries, truth, k)
+            print(
+                f"  {factor:>4} {per_list:>3} {'1/' + str(share):>7} {index.nlist:>6} "
+                f"{index.nprobe:>6} {seconds:8.2f} {found:7.3f} {ms:9.3f}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--k", type=int, default=24)
+    parser.add_argument(
+        "--lists-only",
+        action="store_true",
+        help="only the sweep over the number of lists (c·√n, the same share probed)",
+    )
     args = parser.parse_args()
 
     sentences, _pairs, questions = load_locomo(LOCOMO_DIR)
@@ -74,24 +110,28 @@ def main() -> None:
     exact = faiss.IndexFlatIP(vectors.shape[1])
     exact.add(vectors)
     truth = exact.search(queries, args.k)[1]
-    lists = int(4 * math.sqrt(args.size))
+    lists = ivf_lists(args.size)
     print(
-        f"{args.size:,} vectors, {lists} lists, nprobe {max(8, int(lists * IVF_PROBE_FRACTION))}, "
+        f"{args.size:,} vectors, {lists} lists, nprobe {ivf_probes(lists)}, "
         f"{len(queries)} LoCoMo questions, recall@{args.k} of the exact top {args.k}"
     )
+    lists_sweep(vectors, queries, truth, args.k)
+    if args.lists_only:
+        return
     print(f"  {'points/list':>11} {'iterations':>10} {'build s':>8} {'recall':>7} {'ms/query':>9}")
     chosen = None
-    for per_list, iterations in [(40, 25), (40, 10), (16, 25), (16, 10), (8, 10)]:
+    for per_list, iterations in [(40, 25), (40, 10), (32, 10), (16, 25), (16, 10), (8, 10)]:
         start = time.perf_counter()
         index = build_ivf(vectors, per_list, iterations)
         seconds = time.perf_counter() - start
         found, ms = recall(index, queries, truth, args.k)
         print(f"  {per_list:>11} {iterations:>10} {seconds:8.2f} {found:7.3f} {ms:9.3f}")
-        if (per_list, iterations) == (16, 10):
+        if (per_list, iterations) == (IVF_TRAIN_POINTS_PER_LIST, IVF_TRAIN_ITERATIONS):
             chosen = index
     assert chosen is not None
-    print("nprobe sweep (16 points a list, 10 iterations)")
-    for nprobe in (40, 79, 105, 120, 160, 250):
+    training = f"{IVF_TRAIN_POINTS_PER_LIST} points a list, {IVF_TRAIN_ITERATIONS} iterations"
+    print(f"nprobe sweep ({training})")
+    for nprobe in sorted({lists // 24, lists // 12, lists // 10, lists // 8, lists // 5}):
         chosen.nprobe = nprobe
         found, ms = recall(chosen, queries, truth, args.k)
         print(f"  nprobe {nprobe:>4}: recall {found:.3f}, {ms:.3f} ms a query")

@@ -2,7 +2,7 @@
 
 Vectors are L2-normalised, so inner product = cosine similarity. Up to `EXACT_MAX_VECTORS`
 an exact `IndexFlatIP` is both fast enough and perfect; above it an `IndexIVFFlat` with
-~4·√n lists keeps a 100k-chunk query under a millisecond while finding ~0.9 of the exact
+2·√n lists keeps a 100k-chunk query around a millisecond while finding ~0.9 of the exact
 top results.
 """
 
@@ -18,19 +18,34 @@ from memory_dag.index.faiss_import import faiss
 
 #: The switch point between the exact and the approximate index (see docs/architecture.md).
 EXACT_MAX_VECTORS = 50_000
-#: Fraction of IVF lists probed per query, and the k-means training (points per list,
-#: iterations). Measured at 100k vectors with the LoCoMo questions
-#: (`benchmarks/ivf_training.py`): FAISS's default training (40 points, 25 iterations) with
-#: 1/16 probed builds in 4.2 s and finds 0.87 of the exact top 24 in 0.5 ms; 16 points and
-#: 10 iterations with 1/12 probed builds in 1.0 s and finds 0.88 in 0.7 ms (1/8: 0.91 in
-#: 1.0 ms, which costs the unscoped search p50 about 1 ms of its 5 ms budget).
-IVF_PROBE_FRACTION = 1 / 12
-IVF_TRAIN_POINTS_PER_LIST = 16
+#: IVF lists per square root of the vector count, the fraction of them probed per query and
+#: the k-means training (points per list, iterations). The share probed is the share of the
+#: vectors a query scans; the build's work grows with the lists (k-means: their square).
+#: Measured with the LoCoMo questions, recall of the exact top 24 (`benchmarks/ivf_training.py
+#: --lists-only`; `benchmarks/results/ivf_lists_2026-11-29.txt`), 4·√n lists (16 points, 1/12
+#: probed) against 2·√n (32 points, the same training sample, 1/10 probed):
+#: 100k vectors, build 1.13-1.19 → 0.59-0.80 s, recall 0.875 → 0.875, 0.93 → 0.92-1.05 ms;
+#: 1M, build 20.1-21.4 → 9.2-9.8 s, recall 0.936 → 0.940, 9.6-10.5 → 10.4-10.9 ms a query.
+#: (Earlier, at 4·√n: FAISS's default training of 40 points and 25 iterations built in 4.2 s
+#: at 100k for the same recall as 16 points and 10 iterations in 1.0 s.)
+IVF_LISTS_PER_ROOT = 2
+IVF_PROBE_FRACTION = 1 / 10
+IVF_TRAIN_POINTS_PER_LIST = 32
 IVF_TRAIN_ITERATIONS = 10
 
 
 def index_type_for(count: int) -> str:
     return "flat" if count <= EXACT_MAX_VECTORS else "ivf"
+
+
+def ivf_lists(count: int) -> int:
+    """How many IVF lists an index of `count` vectors gets."""
+    return max(1, int(IVF_LISTS_PER_ROOT * math.sqrt(count)))
+
+
+def ivf_probes(lists: int) -> int:
+    """How many of `lists` lists a query probes."""
+    return max(8, int(lists * IVF_PROBE_FRACTION))
 
 
 def build_faiss(vectors: np.ndarray) -> faiss.Index:
@@ -94,7 +109,7 @@ def _build(
     if index_type_for(count) == "flat":
         index = faiss.IndexFlatIP(dims)
     else:
-        lists = int(4 * math.sqrt(count))
+        lists = ivf_lists(count)
         quantizer = faiss.IndexFlatIP(dims)
         index = faiss.IndexIVFFlat(quantizer, dims, lists, faiss.METRIC_INNER_PRODUCT)
         index.cp.niter = IVF_TRAIN_ITERATIONS
@@ -102,7 +117,7 @@ def _build(
         rng = np.random.default_rng(0)
         sample_size = min(count, lists * IVF_TRAIN_POINTS_PER_LIST)
         index.train(sample(rng.choice(count, size=sample_size, replace=False)))
-        index.nprobe = max(8, int(lists * IVF_PROBE_FRACTION))
+        index.nprobe = ivf_probes(lists)
     for start, end in _add_blocks(count):
         index.add(block(start, end))
     return index
@@ -115,7 +130,7 @@ def save_faiss(index: faiss.Index, path: Path) -> None:
 def load_faiss(path: Path) -> faiss.Index:
     index = faiss.read_index(str(path))
     if isinstance(index, faiss.IndexIVF):
-        index.nprobe = max(8, int(index.nlist * IVF_PROBE_FRACTION))
+        index.nprobe = ivf_probes(index.nlist)
     return index
 
 

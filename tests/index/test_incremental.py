@@ -186,7 +186,7 @@ def test_ivf_lists_take_the_change_without_training_again(
     from memory_dag.index.faiss_import import faiss
 
     monkeypatch.setattr(vector_index, "EXACT_MAX_VECTORS", 5)  # IVF from 6 rows on
-    write_jsonl(  # IVF trains 4 * sqrt(rows) lists: it needs at least as many rows
+    write_jsonl(  # IVF trains 2 * sqrt(rows) lists: it needs at least as many rows
         settings.workspace / "sessions" / "conv-b" / "s8.jsonl",
         [{"role": "user", "content": f"Note {n}: the {n}th bird flew by.", "id": f"b{n}"}
          for n in range(40)],
