@@ -1,13 +1,13 @@
-"""FAISS IVF at 100k vectors: training time and recall against the exact index, per setting.
+"""FAISS IVF at 100k (or `--size`) vectors: build time and recall against the exact index.
 
-    python benchmarks/ivf_training.py [--size 100000] [--k 24] [--lists-only]
+    python benchmarks/ivf_training.py [--size 100000] [--k 24] [--sweeps lists,training,probes]
 
 Embeds `--size` generated turns (the corpus of `ingest_search.py`: LoCoMo sentences
 recombined, 60-120 tokens) and the LoCoMo questions with the default WordLlama model, then
 reports build time and recall@k of the exact top k (single-threaded queries, as the search
-path runs them): first for numbers of lists (c·√n) with training sizes and shares probed
-(`--lists-only` stops there), then for each (training points per list, k-means iterations)
-with the index's own lists, and finally a sweep over nprobe.
+path runs them), in three sweeps (`--sweeps`): numbers of lists (c·√n) with training sizes
+and shares probed; (training points per list, k-means iterations) with the index's own
+lists; and nprobe, as a share of the lists and as a multiple of their square root.
 """
 
 from __future__ import annotations
@@ -96,11 +96,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--k", type=int, default=24)
     parser.add_argument(
-        "--lists-only",
-        action="store_true",
-        help="only the sweep over the number of lists (c·√n, the same share probed)",
+        "--sweeps",
+        default="lists,training,probes",
+        help="which sweeps, comma-separated: lists (c·√n lists), training, probes (nprobe)",
     )
     args = parser.parse_args()
+    sweeps = set(args.sweeps.split(","))
 
     sentences, _pairs, questions = load_locomo(LOCOMO_DIR)
     provider = WordLlamaProvider()
@@ -115,28 +116,44 @@ def main() -> None:
         f"{args.size:,} vectors, {lists} lists, nprobe {ivf_probes(lists)}, "
         f"{len(queries)} LoCoMo questions, recall@{args.k} of the exact top {args.k}"
     )
-    lists_sweep(vectors, queries, truth, args.k)
-    if args.lists_only:
-        return
+    if "lists" in sweeps:
+        lists_sweep(vectors, queries, truth, args.k)
+    if "training" in sweeps:
+        training_sweep(vectors, queries, truth, args.k)
+    if "probes" in sweeps:
+        probes_sweep(vectors, queries, truth, args.k)
+    found, ms = recall(exact, queries, truth, args.k)
+    print(f"  exact flat scan: recall {found:.3f}, {ms:.3f} ms a query")
+
+
+def training_sweep(vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, k: int) -> None:
+    """Build time and recall per (training points a list, k-means iterations), the index's own
+    lists and probes."""
     print(f"  {'points/list':>11} {'iterations':>10} {'build s':>8} {'recall':>7} {'ms/query':>9}")
-    chosen = None
     for per_list, iterations in [(40, 25), (40, 10), (32, 10), (16, 25), (16, 10), (8, 10)]:
         start = time.perf_counter()
         index = build_ivf(vectors, per_list, iterations)
         seconds = time.perf_counter() - start
-        found, ms = recall(index, queries, truth, args.k)
+        found, ms = recall(index, queries, truth, k)
         print(f"  {per_list:>11} {iterations:>10} {seconds:8.2f} {found:7.3f} {ms:9.3f}")
-        if (per_list, iterations) == (IVF_TRAIN_POINTS_PER_LIST, IVF_TRAIN_ITERATIONS):
-            chosen = index
-    assert chosen is not None
+
+
+def probes_sweep(vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, k: int) -> None:
+    """Recall and query time per nprobe, the index as `vector_index` builds it."""
+    index = build_ivf(vectors, IVF_TRAIN_POINTS_PER_LIST, IVF_TRAIN_ITERATIONS)
+    lists = index.nlist
     training = f"{IVF_TRAIN_POINTS_PER_LIST} points a list, {IVF_TRAIN_ITERATIONS} iterations"
-    print(f"nprobe sweep ({training})")
-    for nprobe in sorted({lists // 24, lists // 12, lists // 10, lists // 8, lists // 5}):
-        chosen.nprobe = nprobe
-        found, ms = recall(chosen, queries, truth, args.k)
-        print(f"  nprobe {nprobe:>4}: recall {found:.3f}, {ms:.3f} ms a query")
-    found, ms = recall(exact, queries, truth, args.k)
-    print(f"  exact flat scan: recall {found:.3f}, {ms:.3f} ms a query")
+    print(f"nprobe sweep ({lists} lists, {training})")
+    root = math.sqrt(lists)
+    candidates = [lists // 24, lists // 12, lists // 10, lists // 8, lists // 5]
+    candidates += [int(c * root) for c in (1.5, 2, 2.5, 3, 4)]
+    for nprobe in sorted(set(candidates)):
+        index.nprobe = nprobe
+        found, ms = recall(index, queries, truth, k)
+        print(
+            f"  nprobe {nprobe:>4} ({nprobe / root:.2f}·√lists): "
+            f"recall {found:.3f}, {ms:.3f} ms a query"
+        )
 
 
 if __name__ == "__main__":

@@ -18,18 +18,20 @@ from memory_dag.index.faiss_import import faiss
 
 #: The switch point between the exact and the approximate index (see docs/architecture.md).
 EXACT_MAX_VECTORS = 50_000
-#: IVF lists per square root of the vector count, the fraction of them probed per query and
-#: the k-means training (points per list, iterations). The share probed is the share of the
-#: vectors a query scans; the build's work grows with the lists (k-means: their square).
-#: Measured with the LoCoMo questions, recall of the exact top 24 (`benchmarks/ivf_training.py
-#: --lists-only`; `benchmarks/results/ivf_lists_2026-11-29.txt`), 4·√n lists (16 points, 1/12
-#: probed) against 2·√n (32 points, the same training sample, 1/10 probed):
-#: 100k vectors, build 1.13-1.19 → 0.59-0.80 s, recall 0.875 → 0.875, 0.93 → 0.92-1.05 ms;
-#: 1M, build 20.1-21.4 → 9.2-9.8 s, recall 0.936 → 0.940, 9.6-10.5 → 10.4-10.9 ms a query.
+#: IVF lists per square root of the vector count, lists probed per square root of the lists,
+#: and the k-means training (points per list, iterations). The build's work grows with the
+#: lists (k-means: their square); a query scans probes x n/lists vectors, ~1.8·n^¾ here: 10%
+#: of 100k vectors, 5.6% of 1M, where the same share found more of the exact top results.
+#: Measured with the LoCoMo questions, recall of the exact top 24 (`benchmarks/ivf_training.py`;
+#: `benchmarks/results/ivf_lists_2026-11-29.txt`), against the earlier 4·√n lists (16 points a
+#: list, 1/12 probed):
+#: - 100k vectors: build 1.13-1.19 → 0.59-0.80 s, recall 0.875 → 0.875, 0.93 → 0.92-1.05 ms;
+#: - 1M: build 20.1-21.4 → 9.2-9.8 s, recall 0.936 → 0.911, 9.6-10.5 → 6.8 ms a query
+#:   (probing a tenth of the lists there: 0.940, 11.4 ms).
 #: (Earlier, at 4·√n: FAISS's default training of 40 points and 25 iterations built in 4.2 s
 #: at 100k for the same recall as 16 points and 10 iterations in 1.0 s.)
 IVF_LISTS_PER_ROOT = 2
-IVF_PROBE_FRACTION = 1 / 10
+IVF_PROBES_PER_ROOT = 2.5
 IVF_TRAIN_POINTS_PER_LIST = 32
 IVF_TRAIN_ITERATIONS = 10
 
@@ -44,8 +46,8 @@ def ivf_lists(count: int) -> int:
 
 
 def ivf_probes(lists: int) -> int:
-    """How many of `lists` lists a query probes."""
-    return max(8, int(lists * IVF_PROBE_FRACTION))
+    """How many of `lists` lists a query probes (all of them, when they are few)."""
+    return min(lists, max(8, round(IVF_PROBES_PER_ROOT * math.sqrt(lists))))
 
 
 def build_faiss(vectors: np.ndarray) -> faiss.Index:
