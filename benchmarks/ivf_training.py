@@ -51,7 +51,7 @@ def build_ivf(
     )
     index.train(vectors[sample])
     index.add(vectors)
-    index.nprobe = ivf_probes(lists)
+    index.nprobe = ivf_probes(lists, count)
     return index
 
 
@@ -113,7 +113,7 @@ def main() -> None:
     truth = exact.search(queries, args.k)[1]
     lists = ivf_lists(args.size)
     print(
-        f"{args.size:,} vectors, {lists} lists, nprobe {ivf_probes(lists)}, "
+        f"{args.size:,} vectors, {lists} lists, nprobe {ivf_probes(lists, args.size)}, "
         f"{len(queries)} LoCoMo questions, recall@{args.k} of the exact top {args.k}"
     )
     if "lists" in sweeps:

@@ -45,9 +45,15 @@ def ivf_lists(count: int) -> int:
     return max(1, int(IVF_LISTS_PER_ROOT * math.sqrt(count)))
 
 
-def ivf_probes(lists: int) -> int:
-    """How many of `lists` lists a query probes (all of them, when they are few)."""
-    return min(lists, max(8, round(IVF_PROBES_PER_ROOT * math.sqrt(lists))))
+def ivf_probes(lists: int, count: int) -> int:
+    """How many of its `lists` lists a query probes in an index of `count` vectors.
+
+    2.5·√lists for an index of `ivf_lists(count)` lists. An index with more lists (built
+    before this rule: 4·√n) probes proportionally more of them, so that a query scans the
+    same share of the vectors whatever the shape it was built with."""
+    usual = ivf_lists(count)
+    probes = IVF_PROBES_PER_ROOT * math.sqrt(usual) * lists / usual
+    return min(lists, max(8, round(probes)))
 
 
 def build_faiss(vectors: np.ndarray) -> faiss.Index:
@@ -119,7 +125,7 @@ def _build(
         rng = np.random.default_rng(0)
         sample_size = min(count, lists * IVF_TRAIN_POINTS_PER_LIST)
         index.train(sample(rng.choice(count, size=sample_size, replace=False)))
-        index.nprobe = ivf_probes(lists)
+        index.nprobe = ivf_probes(lists, count)
     for start, end in _add_blocks(count):
         index.add(block(start, end))
     return index
@@ -132,7 +138,7 @@ def save_faiss(index: faiss.Index, path: Path) -> None:
 def load_faiss(path: Path) -> faiss.Index:
     index = faiss.read_index(str(path))
     if isinstance(index, faiss.IndexIVF):
-        index.nprobe = ivf_probes(index.nlist)
+        index.nprobe = ivf_probes(index.nlist, index.ntotal)
     return index
 
 

@@ -53,7 +53,16 @@ def test_an_ivf_index_finds_what_the_exact_scan_finds(tmp_path: Path) -> None:
     save_faiss(built, tmp_path / "vectors.faiss")
     for index in (built, load_faiss(tmp_path / "vectors.faiss")):
         ivf = faiss.extract_index_ivf(index)
-        assert ivf.nlist == ivf_lists(count) and ivf.nprobe == ivf_probes(ivf.nlist)
+        assert ivf.nlist == ivf_lists(count) and ivf.nprobe == ivf_probes(ivf.nlist, count)
         found = index.search(queries, 10)[1]
         hits = [len(set(a) & set(b)) for a, b in zip(truth.tolist(), found.tolist(), strict=True)]
         assert sum(hits) / truth.size >= 0.95  # 8 lists probed: 0.87, 1: 0.59
+
+
+def test_an_index_with_more_lists_probes_the_same_share_of_its_vectors() -> None:
+    """An index built with 4·√n lists (before the 2·√n rule) scans what a new one scans."""
+    for count in (60_000, 100_000, 1_000_000):
+        lists = ivf_lists(count)
+        new_share = ivf_probes(lists, count) / lists
+        old_share = ivf_probes(2 * lists, count) / (2 * lists)
+        assert abs(old_share - new_share) <= 1 / lists
