@@ -188,6 +188,24 @@ def allowed_rows(index: PublishedIndex, filters: SearchFilters) -> np.ndarray | 
     return rows
 
 
+def _scored_block(scope: np.ndarray | None) -> tuple[int, int] | None:
+    """(first, last) when a scope is one block of rows scored exactly (a conversation), else
+    None. Such a search reads BM25 scores of its own rows only: its pool is the scope itself
+    (`EXACT_SCOPE_ROWS`), with no neighbours from outside."""
+    if scope is None or len(scope) == 0 or len(scope) > EXACT_SCOPE_ROWS:
+        return None
+    first, last = int(scope[0]), int(scope[-1])
+    return (first, last) if last - first + 1 == len(scope) else None
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    """Keep `value` under `key`, dropping the oldest entries beyond `QUERY_CACHE`."""
+    cache.pop(key, None)
+    while len(cache) >= QUERY_CACHE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
 def _top(scores: np.ndarray, count: int) -> np.ndarray:
     """Positions of the `count` highest scores, best first."""
     if count >= len(scores):
@@ -219,7 +237,8 @@ class Searcher:
         self._every_row.setflags(write=False)
         self._sample_vectors = np.asarray(self.index.vectors[self._stats_sample])
         self._speakers_by_scope: dict[object, np.ndarray] = {}
-        self._queries: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._bm25_cache: dict[tuple[str, tuple[int, int] | None], np.ndarray] = {}
+        self._vector_cache: dict[str, np.ndarray | None] = {}
         self._query_lock = threading.Lock()
 
     def search(
@@ -250,7 +269,7 @@ class Searcher:
         query_text, named_speaker = self._speaker_aware_query(
             query, scope_rows, self._scope_key(filters, scope)
         )
-        bm25_all, query_vector = self._query_signals(query_text)
+        bm25_all, query_vector = self._query_signals(query_text, _scored_block(scope))
         live_bm25 = overlay.bm25(query_text, index)[live]
         live_cosine = (
             overlay.vectors[live] @ query_vector
@@ -306,23 +325,29 @@ class Searcher:
                 hits.append(_live_hit(overlay, int(live[position - len(pool)]), *signals))
         return hits
 
-    def _query_signals(self, query_text: str) -> tuple[np.ndarray, np.ndarray | None]:
-        """BM25 of every published row and the query's vector, kept for the last few queries:
+    def _query_signals(
+        self, query_text: str, block: tuple[int, int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """BM25 of the published rows and the query's vector, kept for the last few queries:
         a context block searches twice with one query (its memories, then the always-shown
-        categories), a caller often repeats one. Read-only, so no search can change them."""
+        categories), a caller often repeats one. Read-only, so no search can change them.
+
+        `block` (first, last): the search reads the BM25 scores of those rows only
+        (`_scored_block`), so only theirs are computed; the others stay zero."""
         with self._query_lock:
-            found = self._queries.get(query_text)
-        if found is not None:
-            return found
-        bm25_all = self.index.text.scores(query_text)
-        bm25_all.setflags(write=False)
-        vector = self.provider.embed([query_text])[0] if self.provider is not None else None
-        if vector is not None:
-            vector.setflags(write=False)
+            bm25_all = self._bm25_cache.get((query_text, block))
+            vector_known = query_text in self._vector_cache
+            vector = self._vector_cache.get(query_text)
+        if bm25_all is None:
+            bm25_all = self.index.text.scores(query_text, block)
+            bm25_all.setflags(write=False)
+        if not vector_known:
+            vector = self.provider.embed([query_text])[0] if self.provider is not None else None
+            if vector is not None:
+                vector.setflags(write=False)
         with self._query_lock:
-            while len(self._queries) >= QUERY_CACHE:
-                self._queries.pop(next(iter(self._queries)))
-            self._queries[query_text] = (bm25_all, vector)
+            _remember(self._bm25_cache, (query_text, block), bm25_all)
+            _remember(self._vector_cache, query_text, vector)
         return bm25_all, vector
 
     # --- the delta segment (live writes since the published version) -------------------------

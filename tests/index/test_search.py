@@ -153,16 +153,53 @@ def test_search_before_any_ingest_says_what_to_do(tmp_path: Path) -> None:
 def test_a_repeated_query_reuses_its_scores_and_answers_the_same(built: Settings) -> None:
     searcher = Searcher(built)
     fresh = [(h.id, h.score) for h in searcher.search("name of the cat", k=5, min_score=0.0)]
-    kept = searcher._queries["name of the cat"]
+    kept = searcher._bm25_cache[("name of the cat", None)]
+    vector = searcher._vector_cache["name of the cat"]
     again = searcher.search(
         "name of the cat", k=5, min_score=0.0, filters=SearchFilters(conversation="conv-a")
     )
-    assert searcher._queries["name of the cat"] is kept  # computed once
-    assert not kept[0].flags.writeable  # no search can change what the next one reads
+    assert searcher._bm25_cache[("name of the cat", None)] is kept  # computed once
+    assert searcher._vector_cache["name of the cat"] is vector  # embedded once, for both
+    assert not kept.flags.writeable  # no search can change what the next one reads
     assert [(h.id, h.score) for h in searcher.search("name of the cat", k=5, min_score=0.0)] == (
         fresh
     )
     assert {h.conversation_id for h in again} == {"conv-a"}
     for n in range(20):  # bounded
         searcher.search(f"query {n}", k=1)
-    assert len(searcher._queries) <= 8
+    assert len(searcher._bm25_cache) <= 8 and len(searcher._vector_cache) <= 8
+
+
+QUERIES = ("name of the cat", "tea coffee", "trip", "cat", "what did they drink")
+
+
+def test_a_block_of_rows_is_scored_as_the_whole_index_scores_it(built: Settings) -> None:
+    """A conversation's BM25 scores, computed from its block of rows alone, are the whole
+    index's scores there, value for value, and zero elsewhere."""
+    text = Searcher(built).index.text
+    index = Searcher(built).index
+    assert len(index.rows_by_conversation) >= 2
+    for rows in index.rows_by_conversation.values():
+        first, last = int(rows[0]), int(rows[-1])
+        assert last - first + 1 == len(rows)  # a conversation is one block
+        for query in QUERIES:
+            whole, part = text.scores(query), text.scores(query, (first, last))
+            assert np.array_equal(part[first : last + 1], whole[first : last + 1])
+            assert not part[:first].any() and not part[last + 1 :].any()
+    assert any(text.scores(query).any() for query in QUERIES)  # the queries match something
+
+
+def test_a_conversation_search_reads_no_score_outside_its_block(built: Settings) -> None:
+    """The same hits and scores as with every row's BM25 scores at hand."""
+    for conversation in ("conv-a", "conv-b"):
+        for query in QUERIES:
+            scoped = Searcher(built)
+            rows = scoped.index.rows_by_conversation[conversation]
+            block = (int(rows[0]), int(rows[-1]))
+            filters = SearchFilters(conversation=conversation)
+            hits = scoped.search(query, k=5, min_score=0.0, filters=filters)
+            assert (query, block) in scoped._bm25_cache  # the block alone was scored
+            whole = Searcher(built)
+            whole._bm25_cache[(query, block)] = whole.index.text.scores(query)
+            expected = whole.search(query, k=5, min_score=0.0, filters=filters)
+            assert [(h.id, h.score) for h in hits] == [(h.id, h.score) for h in expected]
