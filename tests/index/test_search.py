@@ -176,8 +176,8 @@ QUERIES = ("name of the cat", "tea coffee", "trip", "cat", "what did they drink"
 def test_a_block_of_rows_is_scored_as_the_whole_index_scores_it(built: Settings) -> None:
     """A conversation's BM25 scores, computed from its block of rows alone, are the whole
     index's scores there, value for value, and zero elsewhere."""
-    text = Searcher(built).index.text
     index = Searcher(built).index
+    text = index.text
     assert len(index.rows_by_conversation) >= 2
     for rows in index.rows_by_conversation.values():
         first, last = int(rows[0]), int(rows[-1])
@@ -191,15 +191,14 @@ def test_a_block_of_rows_is_scored_as_the_whole_index_scores_it(built: Settings)
 
 def test_a_conversation_search_reads_no_score_outside_its_block(built: Settings) -> None:
     """The same hits and scores as with every row's BM25 scores at hand."""
+    scoped, whole = Searcher(built), Searcher(built)
     for conversation in ("conv-a", "conv-b"):
         for query in QUERIES:
-            scoped = Searcher(built)
             rows = scoped.index.rows_by_conversation[conversation]
             block = (int(rows[0]), int(rows[-1]))
             filters = SearchFilters(conversation=conversation)
             hits = scoped.search(query, k=5, min_score=0.0, filters=filters)
             assert (query, block) in scoped._bm25_cache  # the block alone was scored
-            whole = Searcher(built)
             whole._bm25_cache[(query, block)] = whole.index.text.scores(query)
             expected = whole.search(query, k=5, min_score=0.0, filters=filters)
             assert [(h.id, h.score) for h in hits] == [(h.id, h.score) for h in expected]
