@@ -48,23 +48,40 @@ class FactSet:
     def __init__(self, ids: list[str], texts: list[str], vectors: np.ndarray) -> None:
         self.ids = list(ids)
         self.texts = list(texts)
-        self.vectors = np.asarray(vectors, dtype=np.float32)  # (n, dims)
+        # Rows in a buffer that doubles when full (`add`): a fact added at a time copied every
+        # row before it (an owner's 100th fact copied 99 vectors). Never written in place.
+        self._rows = np.asarray(vectors, dtype=np.float32)  # (n, dims)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """(n, dims): row i is the vector of `ids[i]`. A view, never written again: `add`
+        writes past it, `remove` makes a new buffer."""
+        return self._rows[: len(self.ids)]
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def add(self, memory_id: str, text: str, vector: np.ndarray) -> None:
-        row = np.asarray(vector, dtype=np.float32).reshape(1, -1)
-        self.vectors = row if not self.ids else np.vstack([self.vectors, row])
+        row = np.asarray(vector, dtype=np.float32).reshape(-1)
+        count = len(self.ids)
+        if not count:
+            self._rows = np.empty((4, len(row)), dtype=np.float32)
+        elif count == len(self._rows):
+            grown = np.empty((2 * count, self._rows.shape[1]), dtype=np.float32)
+            grown[:count] = self._rows
+            self._rows = grown
+        self._rows[count] = row
         self.ids.append(memory_id)
         self.texts.append(text)
 
     def remove(self, memory_id: str) -> None:
         if memory_id in self.ids:
             position = self.ids.index(memory_id)
+            # A new buffer (rare: a fact deleted or replaced): rows handed out before, such as
+            # the neighbours a reconciliation holds, keep their vectors.
+            self._rows = np.delete(self.vectors, position, axis=0)
             del self.ids[position]
             del self.texts[position]
-            self.vectors = np.delete(self.vectors, position, axis=0)
 
     def vector(self, memory_id: str) -> np.ndarray | None:
         return self.vectors[self.ids.index(memory_id)] if memory_id in self.ids else None

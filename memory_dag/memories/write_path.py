@@ -319,8 +319,10 @@ class TurnWriter:
                 detail=str(error),
                 meta={"kind": error.kind, "path": turn.path, "turn_id": turn.turn_id},
             )
+        if not candidates:  # most turns: nothing to look up
+            return
         facts = self.writer.facts(owner_key(turn.user_id, turn.conversation_id))
-        fresh = select_for_write(candidates, facts.texts) if candidates else []
+        fresh = select_for_write(candidates, facts.texts)
         self._count("facts_unchanged", len(candidates) - len(fresh))
         if not fresh:
             return

@@ -49,3 +49,25 @@ def test_embed_hands_back_the_stored_vector_and_embeds_only_what_is_missing(
         assert not np.allclose(fresh, marked)
         assert np.allclose(np.linalg.norm(fresh), 1.0, atol=1e-3)
     assert written == 3  # the stored one and the two embedded now
+
+
+def test_a_text_asked_for_again_is_its_first_vector_and_a_copy(tmp_path: Path) -> None:
+    """The writer asks for a fact's vector several times: the later answers are the first one
+    (without embedding or hashing again), and each answer is the caller's own array."""
+    settings = Settings(db_path=tmp_path / "memory.duckdb")
+    provider = get_provider(settings)
+    with open_store(settings.db_path) as con:
+        cache = VectorCache(con, provider)
+        first = cache.embed(["Sam likes sailing.", "Jo likes chess."], defer=True)
+        first_copy = first.copy()
+        first[:] = 0.0  # a caller writing into its answer must not reach the cache
+        again = cache.embed(
+            ["Jo likes chess.", "Sam likes sailing.", "Jo likes chess."], defer=True
+        )
+        assert np.array_equal(again, first_copy[[1, 0, 1]])
+        again[:] = 0.0
+        one = cache.embed(["Jo likes chess."], defer=True)
+        one[:] = 0.0
+        assert np.array_equal(cache.embed(["Jo likes chess."], defer=True)[0], first_copy[1])
+        cache.reset()  # forgotten after a rollback: looked up or embedded again
+        assert np.allclose(cache.embed(["Jo likes chess."], defer=True)[0], first_copy[1])
