@@ -280,6 +280,7 @@ class StagedRows:
     dims: int = 0
     #: The BM25 index of the rows (`bm25/`), built by a thread from `rows.parquet` as soon as
     #: it is written, beside the vectors' fetch and FAISS; done: its mean document length.
+    #: None: `publish_staged` builds it (above `BM25_BESIDE_FETCH_MAX_ROWS` rows).
     bm25: Future[float | None] | None = None
 
 
@@ -291,7 +292,7 @@ def stage_rows(index_dir: Path, rows: Iterable[pa.RecordBatch], *, hashes: bool)
     """Write rows (ROW_SCHEMA columns, missing ones null, plus `hash` when `hashes`) batch by
     batch into a new staging folder, so that a rebuild never holds every row's text at once;
     the (id, hash) pairs go to `row_hashes.parquet`. The rows' BM25 build starts at once, in a
-    thread (`StagedRows.bm25`)."""
+    thread (`StagedRows.bm25`), unless there are more than `BM25_BESIDE_FETCH_MAX_ROWS`."""
     staging, name = new_staging(index_dir)
     try:
         ids: list[pa.Array] = []
@@ -312,13 +313,21 @@ def stage_rows(index_dir: Path, rows: Iterable[pa.RecordBatch], *, hashes: bool)
         shutil.rmtree(staging, ignore_errors=True)
         raise
     staged = StagedRows(staging, name, len(all_ids), all_hashes)
-    # Its own thread, gone when the build is: it starts now, while the caller fetches the
-    # vectors (DuckDB works outside the GIL), instead of after them (at 100k rows the BM25 build
-    # was the index step's last 1.6 s, on one core).
-    builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bm25-build")
-    staged.bm25 = builder.submit(_build_bm25, staging, staged.count)
-    builder.shutdown(wait=False)
+    if staged.count <= BM25_BESIDE_FETCH_MAX_ROWS:
+        # Its own thread, gone when the build is: it starts now, while the caller fetches the
+        # vectors (DuckDB works outside the GIL), instead of after them (at 100k rows the BM25
+        # build was the index step's last 1.6 s, on one core).
+        builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bm25-build")
+        staged.bm25 = builder.submit(_build_bm25, staging, staged.count)
+        builder.shutdown(wait=False)
     return staged
+
+
+#: Up to this many rows the BM25 build starts as soon as the rows are staged; above, it waits
+#: for the vectors (`publish_staged` builds it beside FAISS), for memory: at 1M rows, beside the
+#: vectors' fetch, it raised the search index's peak RSS from 3.6 to 4.3 GB (and took 6 s off
+#: its 73), which would have put the whole graph's peak over 6 GB.
+BM25_BESIDE_FETCH_MAX_ROWS = 250_000
 
 
 def _build_bm25(staging: Path, count: int) -> float | None:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
+from memory_dag.index import published
 from memory_dag.index.published import (
     ROW_SCHEMA,
     discard_staged,
@@ -46,27 +48,29 @@ def _rows(count: int) -> pa.Table:
     )
 
 
-def _publish(index_dir: Path, rows: pa.Table, *, in_line: bool) -> Path:
+def _publish(index_dir: Path, rows: pa.Table) -> Path:
     staged = stage_rows(index_dir, rows.to_reader(), hashes=False)
-    assert staged.bm25 is not None  # started by stage_rows
-    if in_line:  # the build publish_staged makes itself when no thread was started
-        staged.bm25.result()
-        staged.bm25 = None
     stage_vectors(staged, np.random.default_rng(1).random((rows.num_rows, 8), dtype=np.float32))
     manifest = publish_staged(index_dir, staged, provider="p", model="m", fingerprint="f")
     return index_dir / manifest["version"]
 
 
-def test_the_threads_bm25_is_the_one_built_in_line(tmp_path: Path) -> None:
+def test_the_threads_bm25_is_the_one_built_after_the_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rows = _rows(3_000)
-    threaded = _publish(tmp_path / "threaded", rows, in_line=False)
-    in_line = _publish(tmp_path / "in_line", rows, in_line=True)
+    threaded = _publish(tmp_path / "threaded", rows)
+    # Above the limit (for memory) no thread starts: `publish_staged` builds it beside FAISS.
+    monkeypatch.setattr(published, "BM25_BESIDE_FETCH_MAX_ROWS", 2_999)
+    assert stage_rows(tmp_path / "probe", rows.to_reader(), hashes=False).bm25 is None
+    after = _publish(tmp_path / "after", rows)
     assert (threaded / "bm25" / "vocab.json").read_text() == (
-        in_line / "bm25" / "vocab.json"
+        after / "bm25" / "vocab.json"
     ).read_text()
     for name in ("indptr.npy", "docs.npy", "weights.npy"):
-        assert np.array_equal(np.load(threaded / "bm25" / name), np.load(in_line / "bm25" / name))
-    assert '"bm25_avg_length"' in (threaded / "manifest.json").read_text()
+        assert np.array_equal(np.load(threaded / "bm25" / name), np.load(after / "bm25" / name))
+    for version in (threaded, after):
+        assert '"bm25_avg_length"' in (version / "manifest.json").read_text()
 
 
 def test_a_discarded_version_leaves_nothing_while_its_bm25_build_runs(tmp_path: Path) -> None:
