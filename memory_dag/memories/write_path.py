@@ -177,7 +177,9 @@ def _pending_turns(con: Any, sessions: list[Session]) -> dict[str, list[UserTurn
     for *head, micros, user_id in rows:
         said_at = None if micros is None else _EPOCH + timedelta(microseconds=micros)
         turn = UserTurn(*head, said_at, user_id)
-        if turn.key not in examined:
+        # A turn's key hashes its text: not before the workers start when nothing was examined
+        # (a first run), as `ArrivingExtractions` hashes it once they have.
+        if not examined or turn.key not in examined:
             pending[turn.path].append(turn)
     return pending
 
