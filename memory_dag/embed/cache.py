@@ -64,7 +64,7 @@ class VectorCache:
         """Vectors of `texts`, from the embedding cache when present; new ones are cached
         (written now, or at the next `flush` when `defer`)."""
         known = self._by_text
-        if texts and all(text in known for text in texts):
+        if len(texts) and all(text in known for text in texts):
             return np.array([known[text] for text in texts])
         keys = [text_hash(text) for text in texts]
         missing = sorted({key for key in keys if key not in self._vectors})
