@@ -23,11 +23,13 @@ Medians over repeats and ratios to memory-dag are printed, with the load average
 beside each figure and WordLlama's own embed rate (how fast the machine is today). For
 memory-dag the seconds of each asset come from its run, and orchestration is the run's wall
 time minus the library's seconds; each step's CPU seconds (worker processes included) show
-how many of the cores it kept busy. At `--sensor-size` the sensor path is measured with the
-Dagster daemon running: a new session file → searchable, and what that run recomputed. Then
-recall@10 of each system on `--data` (LoCoMo dev), and PNG plots (throughput and search
-latency against corpus size, one line per system; memory-dag's cores busy over its ingest of
-the largest size, step by step) into `--plots`.
+how many of the cores it kept busy, and the main process's own CPU seconds (its threads
+included) how much of the run it carried alone. At `--sensor-size` the sensor path is
+measured with the Dagster daemon running: a new session file → searchable, and what that run
+recomputed. Then recall@10 of each system on `--data` (LoCoMo dev), and PNG plots
+(throughput and search latency against corpus size, one line per system; memory-dag's cores
+busy over its ingest of the largest size, step by step, the main process's share a second
+line) into `--plots`.
 
 Kept as one script (~600 lines): the runs, their medians, the table and the plots share one
 record layout.
@@ -79,7 +81,8 @@ def load() -> float:
 
 def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run `command`; wall seconds, peak RSS of its process tree (GB), its last JSON line, and
-    the tree's CPU seconds over time (`cpu`: (time, CPU seconds so far) every 0.1 s)."""
+    the tree's CPU seconds over time (`cpu`: (time, CPU seconds so far) every 0.1 s), and the
+    command's own process's, its threads included (`main_cpu`, the same way)."""
     import psutil
 
     started = time.perf_counter()
@@ -89,6 +92,7 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
     )
     peak, peak_at = 0, 0.0
     cpu: list[tuple[float, float]] = []
+    main_cpu: list[tuple[float, float]] = []
     done = threading.Event()
 
     def sample() -> None:
@@ -100,7 +104,9 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
                 rss = sum(p.memory_info().rss for p in tree if p.is_running())
                 if rss > peak:
                     peak, peak_at = rss, time.time()
-                cpu.append((time.time(), cpu_seconds(tree)))  # the tree listed once
+                now = time.time()
+                cpu.append((now, cpu_seconds(tree)))  # the tree listed once
+                main_cpu.append((now, cpu_seconds([root], ended_children=False)))
             except psutil.Error:
                 pass
             done.wait(0.1)
@@ -122,6 +128,7 @@ def measured(command: list[str], env: dict[str, str] | None = None) -> dict[str,
         "load": before,
         "result": result,
         "cpu": cpu,
+        "main_cpu": main_cpu,
     }
 
 
@@ -400,8 +407,15 @@ def summarize(size: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any
                 s: median([r["cold"]["step_cpu"].get(s, 0) for r in records]) for s in steps
             }
             row["cpu_s"] = median([r["cold"]["cpu"][-1][1] for r in records if r["cold"]["cpu"]])
+            row["main_cpu_s"] = median(
+                [r["cold"]["main_cpu"][-1][1] for r in records if r["cold"]["main_cpu"]]
+            )
             last = records[-1]["cold"]
-            row["cpu_timeline"] = {"cpu": last["cpu"], "spans": last["spans"]}
+            row["cpu_timeline"] = {
+                "cpu": last["cpu"],
+                "main_cpu": last["main_cpu"],
+                "spans": last["spans"],
+            }
             row["orchestration_s"] = median([r["cold"]["orchestration"] for r in records])
             row["again_run_s"] = median([r["again"]["steps"].get("(run)", 0) for r in records])
             row["again_instance"] = (
@@ -463,6 +477,12 @@ def print_size(summary: dict[str, Any]) -> None:
                 for name, cpu in sorted(base["step_cpu_s"].items(), key=lambda item: -item[1])
                 if name != "(run)" and base["steps_s"].get(name)
             )
+        )
+        main = base["main_cpu_s"]
+        print(
+            f"  memory-dag, CPU seconds of the main process (its threads included): {main:.1f}, "
+            f"{main / base['ingest_s']:.2f} cores busy on average; of its worker processes: "
+            f"{base['cpu_s'] - main:.1f}"
         )
         share = base["orchestration_s"] / base["ingest_s"] * 100
         print(
@@ -538,12 +558,27 @@ def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
 
 def cpu_timeline(row: dict[str, Any], size: int, path: Path, plt: Any) -> None:
     """Cores busy over one memory-dag ingest, each Dagster step a band: where the two cores
-    are idle is where the run waits on one core."""
+    are idle is where the run waits on one core; the main process's own line shows where
+    it is that core (the worker processes idle)."""
     times, totals = (np.asarray(v) for v in zip(*row["cpu_timeline"]["cpu"], strict=True))
     start = times[0]
     busy = np.diff(totals) / np.maximum(np.diff(times), 1e-9)
     figure, axis = plt.subplots(figsize=(10, 4.2))
-    axis.step(times[1:] - start, busy, where="pre", color="black", linewidth=0.8)
+    axis.step(times[1:] - start, busy, where="pre", color="black", linewidth=0.8, label="all")
+    main = row["cpu_timeline"].get("main_cpu") or []
+    if len(main) > 2:
+        main_times, main_totals = (np.asarray(v) for v in zip(*main, strict=True))
+        main_busy = np.diff(main_totals) / np.maximum(np.diff(main_times), 1e-9)
+        axis.step(
+            main_times[1:] - start,
+            main_busy,
+            where="pre",
+            color="tab:red",
+            linewidth=0.7,
+            alpha=0.8,
+            label="the main process (its threads included)",
+        )
+        axis.legend(loc="upper right", fontsize=8)
     spans = sorted(row["cpu_timeline"]["spans"].items(), key=lambda item: item[1][0])
     for number, (step, (begin, end)) in enumerate(spans):
         axis.axvspan(begin - start, end - start, alpha=0.15, color=f"C{number % 10}")
