@@ -41,7 +41,7 @@ def workspace_files(
 def _asks_for_more(context: dg.AssetExecutionContext) -> bool:
     """The run asks a later step for work beyond the changes: the facts step to close the
     newest sessions too, or the summaries step to summarize again (`force`)."""
-    ops = context.run_config.get("ops", {})
+    ops = context.run.run_config.get("ops", {})
     facts = ops.get("facts", {}).get("config", {})
     summaries = ops.get("conversation_summaries", {}).get("config", {})
     return bool(facts.get("include_open") or summaries.get("force"))

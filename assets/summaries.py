@@ -107,8 +107,7 @@ def summary_metadata(report: "StageReport", runs: "list[SummaryRun]") -> dict[st
 
 summaries_job = dg.define_asset_job(
     "summaries_job",
-    selection=dg.AssetSelection.assets(conversation_summaries),
-    partitions_def=conversations,
+    selection=dg.AssetSelection.assets(conversation_summaries),  # partitioned as the asset
     description="Summarize one conversation (the partition).",
 )
 

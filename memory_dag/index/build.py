@@ -123,7 +123,7 @@ def build_search_index(
                     release_workers()
                     # A rebuild streams its rows into the next version's folder as they come:
                     # every row's text held at once was ~1.5 GB at 1M rows.
-                    batches = con.execute(rows_query, model).fetch_record_batch(ROW_BATCH)
+                    batches = con.execute(rows_query, model).to_arrow_reader(ROW_BATCH)
                     staged = stage_rows(settings.index_dir, batches, hashes=True)
                     row_hashes = staged.hashes
                 else:
@@ -142,7 +142,7 @@ def build_search_index(
                         "FROM embedding_cache WHERE provider = ? AND model = ? "
                         "AND hash IN (SELECT value FROM index_hashes)",
                         model,
-                    ).fetch_record_batch(VECTOR_BATCH_ROWS)
+                    ).to_arrow_reader(VECTOR_BATCH_ROWS)
                     vectors = _vectors_in_row_order(row_hashes, reader, provider.dims)
                 total_chunks = con.execute("SELECT count(*) FROM search_documents").fetchone()[0]
                 catalog = fetch_arrow(

@@ -108,13 +108,14 @@ def plan_change(
         .get_column("path")
         .unique()
     )
+    # Each Series as one list (`implode`): what `is_in` looks each value up in.
     removed = old.filter(
-        pl.col("row").is_in(gone.get_column("row"))
-        | (pl.col("kind").is_in(list(CHUNK_KINDS)) & pl.col("path").is_in(touched))
+        pl.col("row").is_in(gone.get_column("row").implode())
+        | (pl.col("kind").is_in(list(CHUNK_KINDS)) & pl.col("path").is_in(touched.implode()))
     ).get_column("row")
     added = new.filter(
-        pl.col("id").is_in(fresh.get_column("id"))
-        | (pl.col("kind").is_in(list(CHUNK_KINDS)) & pl.col("path").is_in(touched))
+        pl.col("id").is_in(fresh.get_column("id").implode())
+        | (pl.col("kind").is_in(list(CHUNK_KINDS)) & pl.col("path").is_in(touched.implode()))
     ).get_column("id")
     if len(removed) + len(added) > SMALL_CHANGE * max(old.height, 1):
         return None

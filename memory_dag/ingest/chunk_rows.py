@@ -124,7 +124,7 @@ def transcript_chunk_rows(
     if max_turns == 1:
         fits = turns.group_by("path").agg(fits=(pl.col("tokens") <= max_tokens).all())
         columnar_paths = fits.filter("fits")["path"]
-    is_columnar = pl.col("path").is_in(columnar_paths)
+    is_columnar = pl.col("path").is_in(columnar_paths.implode())  # one list: the paths
     tables = [
         _single_turn_rows(turns.filter(is_columnar), files_by_path, now),
         _packed_rows(

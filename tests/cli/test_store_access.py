@@ -124,7 +124,7 @@ def test_a_long_sql_read_does_not_keep_writers_out(ingested: Settings, tmp_path:
         assert reader.poll() is None  # while the long read still runs
     finally:
         reader.kill()
-        reader.wait()
+        reader.communicate()  # reaps it and closes its pipes
     assert list(snapshots.iterdir()) == [] or all(  # the copy is removed (or dies with it)
         p.name.startswith("memory-dag-sql-") for p in snapshots.iterdir()
     )
@@ -157,7 +157,7 @@ def test_a_held_lock_is_one_line_and_exit_2(
         code = main([*argv, *db_args(ingested)])
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()  # reaps it and closes its pipes
 
     assert code == 2
     line = one_line_error(capsys)
@@ -179,7 +179,7 @@ def test_a_write_goes_through_while_a_pipeline_holds_the_store(
         found = json.loads(capsys.readouterr().out)["results"]
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()  # reaps it and closes its pipes
     assert memory_id in [hit["id"] for hit in found]
 
 

@@ -142,7 +142,7 @@ def test_search_works_while_another_process_writes_the_store(built: Settings) ->
         assert hits[0].turn_ids == ["t3"]
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()  # reaps it and closes its pipes
 
 
 def test_search_before_any_ingest_says_what_to_do(tmp_path: Path) -> None:

@@ -190,7 +190,7 @@ def test_a_busy_store_still_gives_memories_and_says_what_is_missing(store: Setti
         made = block(store)
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()  # reaps it and closes its pipes
 
     assert made.rev is None
     assert "## Relevant memories" in made.text and "Memory updates" not in made.text

@@ -94,7 +94,7 @@ def test_open_waits_for_another_writer_to_finish(tmp_path: Path) -> None:
     with open_store(path, lock_timeout=30) as con:
         waited = time.monotonic() - started
         assert con.execute("SELECT count(*) FROM files").fetchone()[0] == 0
-    holder.wait()
+    holder.communicate()  # it ends by itself; this reaps it and closes its pipe
     assert waited > 0.5  # it really was blocked, and got in once the lock was free
 
 
@@ -106,7 +106,7 @@ def test_open_gives_up_with_a_clear_error_after_the_timeout(tmp_path: Path) -> N
             connect(path, lock_timeout=0.5)
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()  # reaps it and closes its pipes
 
 
 def test_non_lock_errors_are_not_retried(tmp_path: Path) -> None:
