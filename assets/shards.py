@@ -58,7 +58,7 @@ class ShardedMemoryStore(MemoryStoreResource):
     _partition: str | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        run = context.dagster_run
+        run = context.run
         tags = run.tags if run is not None else {}
         if RANGE_START_TAG in tags and tags[RANGE_START_TAG] != tags.get(RANGE_END_TAG):
             raise dg.DagsterInvariantViolationError(
