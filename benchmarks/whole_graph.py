@@ -560,15 +560,13 @@ def cpu_timeline(row: dict[str, Any], size: int, path: Path, plt: Any) -> None:
     """Cores busy over one memory-dag ingest, each Dagster step a band: where the two cores
     are idle is where the run waits on one core; the main process's own line shows where
     it is that core (the worker processes idle)."""
-    times, totals = (np.asarray(v) for v in zip(*row["cpu_timeline"]["cpu"], strict=True))
+    times, busy = cores_busy(row["cpu_timeline"]["cpu"])
     start = times[0]
-    busy = np.diff(totals) / np.maximum(np.diff(times), 1e-9)
     figure, axis = plt.subplots(figsize=(10, 4.2))
     axis.step(times[1:] - start, busy, where="pre", color="black", linewidth=0.8, label="all")
     main = row["cpu_timeline"].get("main_cpu") or []
     if len(main) > 2:
-        main_times, main_totals = (np.asarray(v) for v in zip(*main, strict=True))
-        main_busy = np.diff(main_totals) / np.maximum(np.diff(main_times), 1e-9)
+        main_times, main_busy = cores_busy(main)
         axis.step(
             main_times[1:] - start,
             main_busy,
@@ -590,6 +588,13 @@ def cpu_timeline(row: dict[str, Any], size: int, path: Path, plt: Any) -> None:
     axis.set_title(f"memory-dag ingest of {size:,} turns: cores busy, step by step")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
+
+
+def cores_busy(samples: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """The sample times, and the cores busy between each sample and the next (from
+    (time, CPU seconds so far) samples)."""
+    times, totals = (np.asarray(v) for v in zip(*samples, strict=True))
+    return times, np.diff(totals) / np.maximum(np.diff(times), 1e-9)
 
 
 def usable_cores() -> int:
